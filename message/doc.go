@@ -1,0 +1,13 @@
+// Package message defines what travels between ps-lite nodes: the Meta that
+// heads every message, the data frames that follow it, and the node ids and
+// groups used to address them.
+//
+// The wire form of Meta is the protobuf message ps.PBMeta (see pb/meta.proto),
+// identical to C++ ps-lite's, so Go and C++ nodes can share one job. Encode
+// and Decode convert between Meta and its wire bytes following C++ ps-lite's
+// conventions exactly: app_id and timestamp are written only when they are not
+// Empty, and an absent field reads back as Empty (math.MaxInt32).
+//
+// Values travel as raw little-endian arrays; Frame and Values convert between
+// typed slices and frames without copying where the platform allows it.
+package message

@@ -1,0 +1,63 @@
+package message
+
+import "fmt"
+
+// Node ids and groups. A group id is the sum of the groups it contains, so
+// 1..7 are all valid groups; ids from 8 on name single nodes.
+const (
+	// Scheduler is the scheduler's node id and its one-member group.
+	Scheduler = 1
+	// ServerGroup addresses every server.
+	ServerGroup = 2
+	// WorkerGroup addresses every worker.
+	WorkerGroup = 4
+	// AllGroup addresses every node: scheduler, servers and workers.
+	AllGroup = Scheduler + ServerGroup + WorkerGroup
+)
+
+// MaxKey is the largest key.
+const MaxKey = ^uint64(0)
+
+// ServerRankToID returns the id of the server of the given rank.
+func ServerRankToID(rank int) int { return rank*2 + 8 }
+
+// WorkerRankToID returns the id of the worker of the given rank.
+func WorkerRankToID(rank int) int { return rank*2 + 9 }
+
+// IDToRank returns the rank of a server or worker id (0 for groups).
+func IDToRank(id int) int { return max((id-8)/2, 0) }
+
+// IsGroup reports whether id names a group (1..7) rather than one node.
+func IsGroup(id int) bool { return id >= 1 && id <= 7 }
+
+// GroupMembers returns the node ids that id addresses in a job with the given
+// numbers of servers and workers, in C++ ps-lite's order: workers, servers,
+// then the scheduler. A single node id returns itself. It returns an error for
+// ids that name nothing in the job.
+func GroupMembers(id, numServers, numWorkers int) ([]int, error) {
+	switch {
+	case id <= 0:
+		return nil, fmt.Errorf("invalid node or group id %d", id)
+	case IsGroup(id):
+		var ids []int
+		if id&WorkerGroup != 0 {
+			for r := 0; r < numWorkers; r++ {
+				ids = append(ids, WorkerRankToID(r))
+			}
+		}
+		if id&ServerGroup != 0 {
+			for r := 0; r < numServers; r++ {
+				ids = append(ids, ServerRankToID(r))
+			}
+		}
+		if id&Scheduler != 0 {
+			ids = append(ids, Scheduler)
+		}
+		return ids, nil
+	case id%2 == 0 && IDToRank(id) < numServers:
+		return []int{id}, nil
+	case id%2 == 1 && IDToRank(id) < numWorkers:
+		return []int{id}, nil
+	}
+	return nil, fmt.Errorf("node id %d is not in a job of %d servers and %d workers", id, numServers, numWorkers)
+}

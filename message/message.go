@@ -1,0 +1,206 @@
+package message
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Empty marks an unset id, app id or timestamp. Its value is part of the
+// protocol: C++ ps-lite uses INT32_MAX.
+const Empty = math.MaxInt32
+
+// Role is a node's role. The numeric values are part of the protocol.
+type Role int32
+
+// Node roles.
+const (
+	RoleServer    Role = 0
+	RoleWorker    Role = 1
+	RoleScheduler Role = 2
+)
+
+// String returns the role's lower-case name, as used in DMLC_ROLE.
+func (r Role) String() string {
+	switch r {
+	case RoleServer:
+		return "server"
+	case RoleWorker:
+		return "worker"
+	case RoleScheduler:
+		return "scheduler"
+	}
+	return fmt.Sprintf("role(%d)", int32(r))
+}
+
+// ParseRole parses a DMLC_ROLE value.
+func ParseRole(s string) (Role, error) {
+	switch s {
+	case "server":
+		return RoleServer, nil
+	case "worker":
+		return RoleWorker, nil
+	case "scheduler":
+		return RoleScheduler, nil
+	}
+	return 0, fmt.Errorf("unknown role %q (want worker, server or scheduler)", s)
+}
+
+// Command is a control command. The numeric values are part of the protocol.
+type Command int32
+
+// Control commands.
+const (
+	CmdEmpty     Command = 0
+	CmdTerminate Command = 1
+	CmdAddNode   Command = 2
+	CmdBarrier   Command = 3
+	CmdAck       Command = 4
+	CmdHeartbeat Command = 5
+)
+
+var commandNames = [...]string{"EMPTY", "TERMINATE", "ADD_NODE", "BARRIER", "ACK", "HEARTBEAT"}
+
+// String returns the upper-case name C++ ps-lite prints for the command.
+func (c Command) String() string {
+	if c >= 0 && int(c) < len(commandNames) {
+		return commandNames[c]
+	}
+	return fmt.Sprintf("CMD(%d)", int32(c))
+}
+
+// Node describes one node of a job.
+type Node struct {
+	Role       Role
+	ID         int32 // Empty until the scheduler assigns one
+	Hostname   string
+	Port       int32
+	IsRecovery bool
+	CustomerID int32
+}
+
+// Addr returns "host:port", the key nodes are matched by.
+func (n Node) Addr() string { return fmt.Sprintf("%s:%d", n.Hostname, n.Port) }
+
+// String returns a short description of the node.
+func (n Node) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "role=%s", n.Role)
+	if n.ID != Empty {
+		fmt.Fprintf(&b, ", id=%d", n.ID)
+	}
+	fmt.Fprintf(&b, ", ip=%s, port=%d, is_recovery=%t", n.Hostname, n.Port, n.IsRecovery)
+	return b.String()
+}
+
+// Control is the system part of a meta. Cmd == CmdEmpty means a data message.
+type Control struct {
+	Cmd          Command
+	Nodes        []Node
+	BarrierGroup int32
+	MsgSig       uint64
+}
+
+// Meta heads every message.
+type Meta struct {
+	Head       int32
+	AppID      int32
+	CustomerID int32
+	Timestamp  int32
+	// Sender and Recver are not on the wire: the sender comes from the
+	// socket identity, the receiver is the local node.
+	Sender    int32
+	Recver    int32
+	Request   bool
+	Push      bool
+	Pull      bool
+	SimpleApp bool
+	Body      []byte
+	DataTypes []DataType
+	Control   Control
+	DataSize  int32
+	Priority  int32
+}
+
+// NewMeta returns a Meta with every id field set to Empty, as C++ does.
+func NewMeta() Meta {
+	return Meta{Head: Empty, AppID: Empty, CustomerID: Empty, Timestamp: Empty, Sender: Empty, Recver: Empty}
+}
+
+// IsControl reports whether the meta carries a control command.
+func (m *Meta) IsControl() bool { return m.Control.Cmd != CmdEmpty }
+
+// String returns a one-line description for logs.
+func (m *Meta) String() string {
+	var b strings.Builder
+	if m.Sender == Empty {
+		b.WriteString("?")
+	} else {
+		fmt.Fprintf(&b, "%d", m.Sender)
+	}
+	fmt.Fprintf(&b, " => %d. Meta: request=%t", m.Recver, m.Request)
+	if m.Timestamp != Empty {
+		fmt.Fprintf(&b, ", timestamp=%d", m.Timestamp)
+	}
+	if m.IsControl() {
+		fmt.Fprintf(&b, ", control={ cmd=%s", m.Control.Cmd)
+		for _, n := range m.Control.Nodes {
+			fmt.Fprintf(&b, " [%s]", n)
+		}
+		if m.Control.Cmd == CmdBarrier {
+			fmt.Fprintf(&b, ", barrier_group=%d", m.Control.BarrierGroup)
+		}
+		if m.Control.Cmd == CmdAck {
+			fmt.Fprintf(&b, ", msg_sig=%d", m.Control.MsgSig)
+		}
+		b.WriteString(" }")
+	} else {
+		fmt.Fprintf(&b, ", app_id=%d, customer_id=%d, simple_app=%t, push=%t, pull=%t",
+			m.AppID, m.CustomerID, m.SimpleApp, m.Push, m.Pull)
+	}
+	if m.Head != Empty {
+		fmt.Fprintf(&b, ", head=%d", m.Head)
+	}
+	if len(m.Body) > 0 {
+		fmt.Fprintf(&b, ", body=%q", m.Body)
+	}
+	if len(m.DataTypes) > 0 {
+		b.WriteString(", data_type={")
+		for _, d := range m.DataTypes {
+			b.WriteString(" " + d.String())
+		}
+		b.WriteString(" }")
+	}
+	return b.String()
+}
+
+// Message is a meta and its data frames.
+type Message struct {
+	Meta Meta
+	Data [][]byte
+}
+
+// New returns a message whose meta has every id set to Empty.
+func New() *Message { return &Message{Meta: NewMeta()} }
+
+// AddData appends a raw frame with its type tag and accounts for its size.
+func (m *Message) AddData(t DataType, frame []byte) {
+	m.Meta.DataTypes = append(m.Meta.DataTypes, t)
+	m.Meta.DataSize += int32(len(frame))
+	m.Data = append(m.Data, frame)
+}
+
+// String returns a one-line description for logs.
+func (m *Message) String() string {
+	s := m.Meta.String()
+	if len(m.Data) > 0 {
+		var b strings.Builder
+		b.WriteString(s)
+		b.WriteString(" Body:")
+		for _, d := range m.Data {
+			fmt.Fprintf(&b, " data_size=%d", len(d))
+		}
+		return b.String()
+	}
+	return s
+}
