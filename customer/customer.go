@@ -1,0 +1,104 @@
+package customer
+
+import (
+	"context"
+	"sync"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gopslite/pslite/message"
+)
+
+// Handler processes one received message. It runs on the customer's receive
+// goroutine, one message at a time.
+type Handler func(msg *message.Message)
+
+// Customer receives the messages of one (app id, customer id) pair and
+// tracks the responses to the requests it sends.
+type Customer struct {
+	appID      int
+	customerID int
+	handle     Handler
+	queue      *Queue
+	tracker    *Tracker
+	log        zerolog.Logger
+	done       chan struct{} // closed when the receive goroutine exits
+	stopOnce   sync.Once
+}
+
+// New starts a customer whose receive goroutine passes every accepted message
+// to handle and then, for responses, counts it against its request.
+func New(appID, customerID int, handle Handler, log zerolog.Logger) *Customer {
+	c := &Customer{
+		appID:      appID,
+		customerID: customerID,
+		handle:     handle,
+		queue:      NewQueue(),
+		tracker:    NewTracker(),
+		log:        log.With().Int("app", appID).Int("customer", customerID).Logger(),
+		done:       make(chan struct{}),
+	}
+	go c.receive()
+	return c
+}
+
+// AppID returns the application id.
+func (c *Customer) AppID() int { return c.appID }
+
+// CustomerID returns the customer id within the application.
+func (c *Customer) CustomerID() int { return c.customerID }
+
+// Tracker returns the customer's request tracker.
+func (c *Customer) Tracker() *Tracker { return c.tracker }
+
+// NewRequest starts tracking a request that expects the given number of
+// responses and returns its timestamp.
+func (c *Customer) NewRequest(expected int) (int, error) { return c.tracker.NewRequest(expected) }
+
+// WaitRequest blocks until the request has all its responses.
+func (c *Customer) WaitRequest(ts int) error { return c.tracker.Wait(ts) }
+
+// WaitRequestContext is WaitRequest that gives up when ctx is done.
+func (c *Customer) WaitRequestContext(ctx context.Context, ts int) error {
+	return c.tracker.WaitContext(ctx, ts)
+}
+
+// NumResponse returns how many responses ts has received so far (0 once it
+// has finished or when it is unknown).
+func (c *Customer) NumResponse(ts int) int {
+	got, _, _ := c.tracker.NumResponse(ts)
+	return got
+}
+
+// AddResponse counts num responses for ts without a message, e.g. for
+// servers a request did not need to be sent to.
+func (c *Customer) AddResponse(ts, num int) { c.tracker.AddResponse(ts, num) }
+
+// Accept queues a received message for the handler. It reports false once
+// the customer has stopped.
+func (c *Customer) Accept(msg *message.Message) bool { return c.queue.Push(msg) }
+
+// Stop ends the receive goroutine after the messages already queued have
+// been handled, and waits for it.
+func (c *Customer) Stop() {
+	c.stopOnce.Do(c.queue.Close)
+	<-c.done
+}
+
+func (c *Customer) receive() {
+	defer close(c.done)
+	for {
+		msg, ok := c.queue.Pop()
+		if !ok {
+			return
+		}
+		if !msg.Meta.Request && !c.tracker.Pending(int(msg.Meta.Timestamp)) {
+			c.log.Warn().Stringer("msg", msg).Msg("dropping a response nobody waits for")
+			continue
+		}
+		c.handle(msg)
+		if !msg.Meta.Request {
+			c.tracker.AddResponse(int(msg.Meta.Timestamp), 1)
+		}
+	}
+}

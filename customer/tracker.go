@@ -1,0 +1,195 @@
+package customer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+)
+
+// ErrTooManyRequests is returned by NewRequest when every timestamp is in use.
+var ErrTooManyRequests = errors.New("customer: every timestamp is in use by an unfinished request")
+
+// maxFailures bounds how many failed requests are remembered for a later Wait.
+const maxFailures = 4096
+
+// Tracker counts responses per request timestamp. It keeps state only for
+// unfinished requests (and a bounded number of failed ones not yet waited
+// on), so its memory does not grow over a long job. It is safe for
+// concurrent use.
+type Tracker struct {
+	mu      sync.Mutex
+	next    int32
+	pending map[int32]*request
+	// failed remembers errors of failed requests until someone waits on them;
+	// failOrder evicts the oldest past maxFailures.
+	failed    map[int32]error
+	failOrder []int32
+}
+
+type request struct {
+	expected int
+	got      int
+	done     chan struct{} // created on first wait, closed when finished
+}
+
+// NewTracker returns an empty tracker whose first timestamp is 0.
+func NewTracker() *Tracker {
+	return &Tracker{pending: make(map[int32]*request), failed: make(map[int32]error)}
+}
+
+// NewRequest starts tracking a request that expects the given number of
+// responses and returns its timestamp.
+func (t *Tracker) NewRequest(expected int) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for tries := 0; tries < math.MaxInt32; tries++ {
+		ts := t.next
+		t.next++
+		if t.next == math.MaxInt32 { // MaxInt32 means "absent" on the wire
+			t.next = 0
+		}
+		if _, busy := t.pending[ts]; busy {
+			continue
+		}
+		delete(t.failed, ts)
+		if expected <= 0 {
+			return int(ts), nil // nothing to wait for: finished already
+		}
+		t.pending[ts] = &request{expected: expected}
+		return int(ts), nil
+	}
+	return 0, ErrTooManyRequests
+}
+
+// Pending reports whether ts is an unfinished request.
+func (t *Tracker) Pending(ts int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.pending[int32(ts)]
+	return ok
+}
+
+// NumResponse returns how many responses ts has received and how many it
+// expects. ok is false when ts is not an unfinished request.
+func (t *Tracker) NumResponse(ts int) (got, expected int, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r, ok := t.pending[int32(ts)]
+	if !ok {
+		return 0, 0, false
+	}
+	return r.got, r.expected, true
+}
+
+// AddResponse records num more responses for ts; the request finishes once
+// it has all it expects. It reports false when ts is not an unfinished
+// request (a late or unknown response).
+func (t *Tracker) AddResponse(ts, num int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r, ok := t.pending[int32(ts)]
+	if !ok {
+		return false
+	}
+	r.got += num
+	if r.got >= r.expected {
+		t.finishLocked(int32(ts), r)
+	}
+	return true
+}
+
+// Fail finishes ts with an error, which the next Wait on ts returns. It
+// reports false when ts is not an unfinished request.
+func (t *Tracker) Fail(ts int, err error) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r, ok := t.pending[int32(ts)]
+	if !ok {
+		return false
+	}
+	if len(t.failOrder) >= maxFailures {
+		delete(t.failed, t.failOrder[0])
+		t.failOrder = t.failOrder[1:]
+	}
+	t.failed[int32(ts)] = err
+	t.failOrder = append(t.failOrder, int32(ts))
+	t.finishLocked(int32(ts), r)
+	return true
+}
+
+// FailAll finishes every unfinished request with err.
+func (t *Tracker) FailAll(err error) {
+	t.mu.Lock()
+	tss := make([]int, 0, len(t.pending))
+	for ts := range t.pending {
+		tss = append(tss, int(ts))
+	}
+	t.mu.Unlock()
+	for _, ts := range tss {
+		t.Fail(ts, err)
+	}
+}
+
+func (t *Tracker) finishLocked(ts int32, r *request) {
+	delete(t.pending, ts)
+	if r.done != nil {
+		close(r.done)
+	}
+}
+
+// Wait blocks until ts has finished and returns its error, if it failed.
+// A timestamp that is not unfinished returns at once.
+func (t *Tracker) Wait(ts int) error {
+	return t.WaitContext(context.Background(), ts)
+}
+
+// WaitContext is Wait that gives up when ctx is done, returning ctx's error.
+func (t *Tracker) WaitContext(ctx context.Context, ts int) error {
+	if ts < 0 || ts >= math.MaxInt32 {
+		return fmt.Errorf("customer: invalid timestamp %d", ts)
+	}
+	t.mu.Lock()
+	r, ok := t.pending[int32(ts)]
+	if !ok {
+		err := t.takeFailureLocked(int32(ts))
+		t.mu.Unlock()
+		return err
+	}
+	if r.done == nil {
+		r.done = make(chan struct{})
+	}
+	done := r.done
+	t.mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.takeFailureLocked(int32(ts))
+}
+
+func (t *Tracker) takeFailureLocked(ts int32) error {
+	err, ok := t.failed[ts]
+	if !ok {
+		return nil
+	}
+	delete(t.failed, ts)
+	for i, f := range t.failOrder {
+		if f == ts {
+			t.failOrder = append(t.failOrder[:i], t.failOrder[i+1:]...)
+			break
+		}
+	}
+	return err
+}
+
+// Len returns the number of unfinished requests.
+func (t *Tracker) Len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.pending)
+}

@@ -1,0 +1,172 @@
+package postoffice
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gopslite/pslite/message"
+)
+
+// Config is a node's view of its job. ConfigFromEnv fills it from the
+// environment variables C++ ps-lite reads.
+type Config struct {
+	Role          message.Role // DMLC_ROLE
+	NumServers    int          // DMLC_NUM_SERVER
+	NumWorkers    int          // DMLC_NUM_WORKER
+	SchedulerHost string       // DMLC_PS_ROOT_URI: an IP address or a host name
+	SchedulerPort int          // DMLC_PS_ROOT_PORT
+	// Host is the address this node announces: DMLC_NODE_HOST, else the
+	// address of DMLC_INTERFACE, else 127.0.0.1 when the scheduler is on
+	// loopback, else the first non-loopback IPv4 address.
+	Host string
+	Port int // PORT; 0 picks a free port
+	// Local uses ipc:// endpoints (DMLC_LOCAL=1).
+	Local bool
+	// WaterMark is the send high-water mark (DMLC_PS_WATER_MARK), 0 for
+	// ZeroMQ's default.
+	WaterMark int
+	// Kubernetes makes the scheduler bind every interface (DMLC_USE_KUBERNETES).
+	Kubernetes bool
+	// Verbose is the log level: 0 warnings, 1 progress, 2 every message (PS_VERBOSE).
+	Verbose int
+	// HeartbeatInterval is PS_HEARTBEAT_INTERVAL (seconds, 0 = off).
+	HeartbeatInterval time.Duration
+	// HeartbeatTimeout is PS_HEARTBEAT_TIMEOUT (seconds, default 60).
+	HeartbeatTimeout time.Duration
+	// DropRate is PS_DROP_MSG, the percentage of received messages dropped.
+	DropRate int
+	// StartTimeout bounds how long Start waits for the job to fill up
+	// (PS_START_TIMEOUT seconds, default 0 = wait for ever).
+	StartTimeout time.Duration
+	// SetRankEnv sets DMLC_RANK in the environment once the rank is known.
+	SetRankEnv bool
+}
+
+// ErrConfig wraps every configuration error.
+var ErrConfig = errors.New("postoffice: bad configuration")
+
+// ConfigFromEnv reads the configuration from the environment.
+func ConfigFromEnv() (Config, error) {
+	return ConfigFromLookup(os.LookupEnv)
+}
+
+// ConfigFromLookup reads the configuration through lookup, which has the
+// signature of os.LookupEnv.
+func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
+	var errs []string
+	get := func(name string) string { v, _ := lookup(name); return strings.TrimSpace(v) }
+	required := func(name string) string {
+		v := get(name)
+		if v == "" {
+			errs = append(errs, name+" is not set")
+		}
+		return v
+	}
+	intVar := func(name string, def, min, max int, req bool) int {
+		var s string
+		if req {
+			s = required(name)
+		} else {
+			s = get(name)
+		}
+		if s == "" {
+			return def
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < min || n > max {
+			errs = append(errs, fmt.Sprintf("%s=%q is not a whole number in [%d, %d]", name, s, min, max))
+			return def
+		}
+		return n
+	}
+	c := Config{SetRankEnv: true}
+	if r := required("DMLC_ROLE"); r != "" {
+		role, err := message.ParseRole(r)
+		if err != nil {
+			errs = append(errs, "DMLC_ROLE: "+err.Error())
+		}
+		c.Role = role
+	}
+	c.SchedulerHost = required("DMLC_PS_ROOT_URI")
+	c.SchedulerPort = intVar("DMLC_PS_ROOT_PORT", 0, 1, 65535, true)
+	c.NumWorkers = intVar("DMLC_NUM_WORKER", 0, 1, 1<<20, true)
+	c.NumServers = intVar("DMLC_NUM_SERVER", 0, 1, 1<<20, true)
+	c.Port = intVar("PORT", 0, 0, 65535, false)
+	c.Local = intVar("DMLC_LOCAL", 0, 0, 1<<30, false) != 0
+	c.WaterMark = intVar("DMLC_PS_WATER_MARK", 0, 0, 1<<30, false)
+	c.Kubernetes = intVar("DMLC_USE_KUBERNETES", 0, 0, 1<<30, false) != 0
+	c.Verbose = intVar("PS_VERBOSE", 0, 0, 100, false)
+	c.HeartbeatInterval = time.Duration(intVar("PS_HEARTBEAT_INTERVAL", 0, 0, 1<<20, false)) * time.Second
+	c.HeartbeatTimeout = time.Duration(intVar("PS_HEARTBEAT_TIMEOUT", 60, 0, 1<<20, false)) * time.Second
+	c.DropRate = intVar("PS_DROP_MSG", 0, 0, 100, false)
+	c.StartTimeout = time.Duration(intVar("PS_START_TIMEOUT", 0, 0, 1<<20, false)) * time.Second
+	if vt := get("DMLC_PS_VAN_TYPE"); vt != "" && vt != "zmq" {
+		errs = append(errs, fmt.Sprintf("DMLC_PS_VAN_TYPE=%q is not supported (only zmq)", vt))
+	}
+	if len(errs) == 0 && c.Role != message.RoleScheduler {
+		host, err := nodeHost(get("DMLC_NODE_HOST"), get("DMLC_INTERFACE"), c.SchedulerHost)
+		if err != nil {
+			errs = append(errs, err.Error())
+		}
+		c.Host = host
+	}
+	if len(errs) > 0 {
+		return c, fmt.Errorf("%w: %s", ErrConfig, strings.Join(errs, "; "))
+	}
+	return c, nil
+}
+
+// nodeHost picks the address a node announces.
+func nodeHost(nodeHost, iface, schedHost string) (string, error) {
+	if nodeHost != "" {
+		return nodeHost, nil
+	}
+	if iface != "" {
+		ifc, err := net.InterfaceByName(iface)
+		if err != nil {
+			return "", fmt.Errorf("DMLC_INTERFACE=%q: %v", iface, err)
+		}
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			return "", fmt.Errorf("DMLC_INTERFACE=%q: %v", iface, err)
+		}
+		for _, a := range addrs {
+			if ip, ok := a.(*net.IPNet); ok && ip.IP.To4() != nil {
+				return ip.IP.String(), nil
+			}
+		}
+		return "", fmt.Errorf("DMLC_INTERFACE=%q has no IPv4 address", iface)
+	}
+	if isLoopback(schedHost) {
+		return "127.0.0.1", nil
+	}
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return "", fmt.Errorf("list network interfaces: %v", err)
+	}
+	for _, ifc := range ifaces {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if ip, ok := a.(*net.IPNet); ok && ip.IP.To4() != nil && !ip.IP.IsLoopback() {
+				return ip.IP.String(), nil
+			}
+		}
+	}
+	return "", errors.New("found no network interface with an IPv4 address; set DMLC_NODE_HOST or DMLC_INTERFACE")
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

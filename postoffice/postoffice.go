@@ -1,0 +1,377 @@
+package postoffice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gopslite/pslite/customer"
+	"github.com/gopslite/pslite/message"
+	"github.com/gopslite/pslite/van"
+)
+
+// maxPending bounds the messages held for customers that do not exist yet.
+const maxPending = 100000
+
+// ErrNotStarted is returned by calls that need a started node.
+var ErrNotStarted = errors.New("postoffice: not started")
+
+// Option configures a Postoffice.
+type Option func(*options)
+
+type options struct {
+	transport van.Transport
+	logger    *zerolog.Logger
+}
+
+// WithTransport makes the node use t instead of a ZeroMQ transport.
+func WithTransport(t van.Transport) Option { return func(o *options) { o.transport = t } }
+
+// WithLogger sets the logger; by default logs go to stderr at the level
+// Config.Verbose asks for.
+func WithLogger(l zerolog.Logger) Option { return func(o *options) { o.logger = &l } }
+
+// Postoffice is one node of a job.
+type Postoffice struct {
+	cfg Config
+	van *van.Van
+	log zerolog.Logger
+
+	mu        sync.Mutex // guards customers, pending and exitCbs
+	customers map[[2]int]*customer.Customer
+	pending   map[[2]int][]*message.Message
+	npending  int
+	exitCbs   []func()
+
+	barrierMu sync.Mutex    // guards barrierCh
+	barrierCh chan struct{} // closed by the next barrier release
+
+	ranges []Range
+	groups map[int][]int
+
+	finalizeOnce sync.Once
+}
+
+// New creates a node for cfg. It does not touch the network until Start.
+func New(cfg Config, opts ...Option) (*Postoffice, error) {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	var log zerolog.Logger
+	if o.logger != nil {
+		log = *o.logger
+	} else {
+		log = DefaultLogger(cfg.Verbose)
+	}
+	log = log.With().Str("role", cfg.Role.String()).Logger()
+	p := &Postoffice{
+		cfg:       cfg,
+		log:       log,
+		customers: make(map[[2]int]*customer.Customer),
+		pending:   make(map[[2]int][]*message.Message),
+		barrierCh: make(chan struct{}),
+		ranges:    KeyRanges(cfg.NumServers),
+		groups:    make(map[int][]int),
+	}
+	for g := 1; g <= 7; g++ {
+		p.groups[g], _ = message.GroupMembers(g, cfg.NumServers, cfg.NumWorkers)
+	}
+	tr := o.transport
+	if tr == nil {
+		zt, err := van.NewZMQTransport(van.ZMQOptions{
+			Local:     cfg.Local,
+			WaterMark: cfg.WaterMark,
+			BindAll:   cfg.Kubernetes && cfg.Role == message.RoleScheduler,
+		})
+		if err != nil {
+			return nil, err
+		}
+		tr = zt
+	}
+	host := cfg.Host
+	if cfg.Role == message.RoleScheduler {
+		host = cfg.SchedulerHost
+	}
+	v, err := van.New(van.Config{
+		Role:              cfg.Role,
+		NumServers:        cfg.NumServers,
+		NumWorkers:        cfg.NumWorkers,
+		SchedulerHost:     cfg.SchedulerHost,
+		SchedulerPort:     cfg.SchedulerPort,
+		Host:              host,
+		Port:              cfg.Port,
+		BindRetries:       40,
+		HeartbeatInterval: cfg.HeartbeatInterval,
+		HeartbeatTimeout:  cfg.HeartbeatTimeout,
+		DropRate:          cfg.DropRate,
+		SetRankEnv:        cfg.SetRankEnv,
+	}, tr, (*handler)(p), log)
+	if err != nil {
+		tr.Close()
+		return nil, err
+	}
+	p.van = v
+	return p, nil
+}
+
+// DefaultLogger returns a logger to stderr: warnings at verbose 0, progress
+// at 1, every message at 2 and above.
+func DefaultLogger(verbose int) zerolog.Logger {
+	level := zerolog.WarnLevel
+	switch {
+	case verbose >= 2:
+		level = zerolog.TraceLevel
+	case verbose == 1:
+		level = zerolog.InfoLevel
+	}
+	w := zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000"}
+	return zerolog.New(w).Level(level).With().Timestamp().Logger()
+}
+
+// Config returns the node's configuration.
+func (p *Postoffice) Config() Config { return p.cfg }
+
+// Van returns the node's van.
+func (p *Postoffice) Van() *van.Van { return p.van }
+
+// Logger returns the node's logger.
+func (p *Postoffice) Logger() zerolog.Logger { return p.log }
+
+// Start joins the job for customerID and, when doBarrier is set, waits until
+// every node has joined. A process with several customers calls Start once
+// for each. Config.StartTimeout, when set, bounds the wait.
+func (p *Postoffice) Start(ctx context.Context, customerID int, doBarrier bool) error {
+	if p.cfg.StartTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.cfg.StartTimeout)
+		defer cancel()
+	}
+	if err := p.van.Start(ctx, customerID); err != nil {
+		return err
+	}
+	if doBarrier {
+		return p.Barrier(ctx, customerID, message.AllGroup)
+	}
+	return nil
+}
+
+// Finalize leaves the job for customerID, after a barrier of all nodes when
+// doBarrier is set. Customer 0's Finalize stops the node: it stops the van,
+// runs the exit callbacks and stops the remaining customers.
+func (p *Postoffice) Finalize(ctx context.Context, customerID int, doBarrier bool) error {
+	var err error
+	if doBarrier && p.van.IsReady() {
+		err = p.Barrier(ctx, customerID, message.AllGroup)
+	}
+	if customerID == 0 {
+		p.finalizeOnce.Do(func() {
+			if e := p.van.Stop(); e != nil && err == nil {
+				err = e
+			}
+			p.mu.Lock()
+			cbs := p.exitCbs
+			p.exitCbs = nil
+			p.mu.Unlock()
+			for i := len(cbs) - 1; i >= 0; i-- {
+				cbs[i]()
+			}
+			p.mu.Lock()
+			custs := make([]*customer.Customer, 0, len(p.customers))
+			for _, c := range p.customers {
+				custs = append(custs, c)
+			}
+			p.mu.Unlock()
+			for _, c := range custs {
+				c.Tracker().FailAll(van.ErrStopped)
+				c.Stop()
+			}
+		})
+	}
+	return err
+}
+
+// RegisterExitCallback adds a function that customer 0's Finalize runs after
+// the node has stopped; callbacks run in reverse order of registration.
+func (p *Postoffice) RegisterExitCallback(cb func()) {
+	p.mu.Lock()
+	p.exitCbs = append(p.exitCbs, cb)
+	p.mu.Unlock()
+}
+
+// Barrier blocks until every node of group has called Barrier. The node must
+// belong to the group.
+func (p *Postoffice) Barrier(ctx context.Context, customerID, group int) error {
+	members, err := p.GetNodeIDs(group)
+	if err != nil {
+		return err
+	}
+	if len(members) <= 1 {
+		return nil
+	}
+	if !p.van.IsReady() {
+		return ErrNotStarted
+	}
+	if !inGroup(p.cfg.Role, group) {
+		return fmt.Errorf("postoffice: a %s is not in barrier group %d", p.cfg.Role, group)
+	}
+	p.barrierMu.Lock()
+	ch := p.barrierCh
+	p.barrierMu.Unlock()
+	req := message.New()
+	req.Meta.Recver = message.Scheduler
+	req.Meta.Request = true
+	req.Meta.Control.Cmd = message.CmdBarrier
+	req.Meta.AppID = 0
+	req.Meta.CustomerID = int32(customerID)
+	req.Meta.Control.BarrierGroup = int32(group)
+	req.Meta.Timestamp = p.van.NextTimestamp()
+	if _, err := p.van.Send(req); err != nil {
+		return fmt.Errorf("postoffice: barrier: %w", err)
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("postoffice: barrier on group %d: %w", group, ctx.Err())
+	}
+}
+
+func inGroup(role message.Role, group int) bool {
+	switch role {
+	case message.RoleScheduler:
+		return group&message.Scheduler != 0
+	case message.RoleServer:
+		return group&message.ServerGroup != 0
+	default:
+		return group&message.WorkerGroup != 0
+	}
+}
+
+// GetNodeIDs returns the ids of the nodes a group or node id addresses.
+func (p *Postoffice) GetNodeIDs(id int) ([]int, error) {
+	if g, ok := p.groups[id]; ok {
+		return g, nil
+	}
+	return message.GroupMembers(id, p.cfg.NumServers, p.cfg.NumWorkers)
+}
+
+// ServerKeyRanges returns the key range of each server, by rank.
+func (p *Postoffice) ServerKeyRanges() []Range { return p.ranges }
+
+// NumWorkers returns the number of workers in the job.
+func (p *Postoffice) NumWorkers() int { return p.cfg.NumWorkers }
+
+// NumServers returns the number of servers in the job.
+func (p *Postoffice) NumServers() int { return p.cfg.NumServers }
+
+// Role returns this node's role.
+func (p *Postoffice) Role() message.Role { return p.cfg.Role }
+
+// IsWorker reports whether this node is a worker.
+func (p *Postoffice) IsWorker() bool { return p.cfg.Role == message.RoleWorker }
+
+// IsServer reports whether this node is a server.
+func (p *Postoffice) IsServer() bool { return p.cfg.Role == message.RoleServer }
+
+// IsScheduler reports whether this node is the scheduler.
+func (p *Postoffice) IsScheduler() bool { return p.cfg.Role == message.RoleScheduler }
+
+// MyID returns this node's id (message.Empty before Start).
+func (p *Postoffice) MyID() int { return int(p.van.MyNode().ID) }
+
+// MyRank returns this node's rank among the nodes of its role.
+func (p *Postoffice) MyRank() int { return message.IDToRank(p.MyID()) }
+
+// IsRecovery reports whether this node replaced a dead node.
+func (p *Postoffice) IsRecovery() bool { return p.van.MyNode().IsRecovery }
+
+// DeadNodes returns the nodes not heard from within timeout (see van.DeadNodes).
+func (p *Postoffice) DeadNodes(timeout time.Duration) []int { return p.van.DeadNodes(timeout) }
+
+// Send sends a message through the van.
+func (p *Postoffice) Send(msg *message.Message) error {
+	_, err := p.van.Send(msg)
+	return err
+}
+
+// NewCustomer creates and registers the customer (appID, customerID), whose
+// goroutine passes each message to h. Messages that arrived for it before
+// it existed are delivered first.
+func (p *Postoffice) NewCustomer(appID, customerID int, h customer.Handler) (*customer.Customer, error) {
+	key := [2]int{appID, customerID}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.customers[key]; ok {
+		return nil, fmt.Errorf("postoffice: customer %d of app %d already exists", customerID, appID)
+	}
+	c := customer.New(appID, customerID, h, p.log)
+	p.customers[key] = c
+	for _, m := range p.pending[key] {
+		c.Accept(m)
+	}
+	p.npending -= len(p.pending[key])
+	delete(p.pending, key)
+	return c, nil
+}
+
+// RemoveCustomer unregisters c and stops it.
+func (p *Postoffice) RemoveCustomer(c *customer.Customer) {
+	key := [2]int{c.AppID(), c.CustomerID()}
+	p.mu.Lock()
+	if p.customers[key] == c {
+		delete(p.customers, key)
+	}
+	p.mu.Unlock()
+	c.Stop()
+}
+
+// Customer returns the registered customer, or nil.
+func (p *Postoffice) Customer(appID, customerID int) *customer.Customer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.customers[[2]int{appID, customerID}]
+}
+
+// handler is the postoffice seen from the van.
+type handler Postoffice
+
+func (h *handler) HandleData(msg *message.Message) {
+	p := (*Postoffice)(h)
+	cid := int(msg.Meta.AppID)
+	if p.cfg.Role == message.RoleWorker {
+		cid = int(msg.Meta.CustomerID)
+	}
+	key := [2]int{int(msg.Meta.AppID), cid}
+	p.mu.Lock()
+	c := p.customers[key]
+	if c == nil {
+		if p.npending >= maxPending {
+			p.mu.Unlock()
+			p.log.Warn().Str("msg", msg.String()).Msg("dropping a message for a customer that does not exist")
+			return
+		}
+		p.pending[key] = append(p.pending[key], msg)
+		p.npending++
+		p.mu.Unlock()
+		p.log.Debug().Int("app", key[0]).Int("customer", key[1]).Msg("holding a message until its customer exists")
+		return
+	}
+	p.mu.Unlock()
+	if !c.Accept(msg) {
+		p.log.Warn().Str("msg", msg.String()).Msg("dropping a message for a stopped customer")
+	}
+}
+
+func (h *handler) HandleBarrierDone(*message.Message) {
+	p := (*Postoffice)(h)
+	p.barrierMu.Lock()
+	close(p.barrierCh)
+	p.barrierCh = make(chan struct{})
+	p.barrierMu.Unlock()
+}

@@ -1,0 +1,65 @@
+package van
+
+import (
+	"errors"
+	"strconv"
+)
+
+// ErrRecvTimeout is returned by Transport.Recv when no message arrived
+// within the transport's receive timeout; the caller simply tries again.
+var ErrRecvTimeout = errors.New("van: receive timed out")
+
+// ErrNoPeer is returned by Transport.Send for a node that was never connected.
+var ErrNoPeer = errors.New("van: no connection to node")
+
+// ErrClosed is returned by a transport that has been closed.
+var ErrClosed = errors.New("van: transport closed")
+
+// Transport moves multipart messages between nodes. It is the only part of
+// the van that touches sockets: ZMQTransport is the real one, and
+// MemNetwork provides an in-memory one for tests.
+//
+// Bind and Recv are called from one goroutine (the van's receive loop);
+// Connect and Send may be called from any goroutine.
+type Transport interface {
+	// Bind binds the receiving socket to host:port. When the port is taken
+	// and maxRetry > 0, it tries up to maxRetry random ports in
+	// [10000, 50000). It returns the port bound.
+	Bind(host string, port, maxRetry int) (int, error)
+	// Connect opens, or reopens, the sending socket for node id, announcing
+	// itself with identity (none when identity is empty).
+	Connect(id int, host string, port int, identity string) error
+	// Disconnect closes the sending socket for node id, if any.
+	Disconnect(id int)
+	// Send sends the frames as one multipart message to node id and returns
+	// the number of bytes sent.
+	Send(id int, frames [][]byte) (int, error)
+	// Recv returns the next message: the sender's identity and its frames.
+	// It returns ErrRecvTimeout now and then so that the caller can check
+	// whether to stop.
+	Recv() (identity []byte, frames [][]byte, err error)
+	// Close closes every socket. The receive loop must have stopped.
+	Close() error
+}
+
+// Identity returns the socket identity of node id: "ps<id>".
+func Identity(id int) string { return "ps" + strconv.Itoa(id) }
+
+// ParseIdentity returns the node id of a "ps<digits>" identity, or
+// message.Empty for anything else (a node that has no id yet).
+func ParseIdentity(b []byte) int32 {
+	if len(b) <= 2 || b[0] != 'p' || b[1] != 's' || len(b) > 12 {
+		return emptyID
+	}
+	var id int64
+	for _, c := range b[2:] {
+		if c < '0' || c > '9' {
+			return emptyID
+		}
+		id = id*10 + int64(c-'0')
+	}
+	if id >= emptyID {
+		return emptyID
+	}
+	return int32(id)
+}

@@ -1,0 +1,723 @@
+package van
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gopslite/pslite/message"
+)
+
+const emptyID = message.Empty
+
+// ErrStopped is returned by calls on a van that has stopped.
+var ErrStopped = errors.New("van: stopped")
+
+// Config describes the node a van runs and the job it belongs to.
+type Config struct {
+	Role          message.Role
+	NumServers    int
+	NumWorkers    int
+	SchedulerHost string // DMLC_PS_ROOT_URI
+	SchedulerPort int    // DMLC_PS_ROOT_PORT
+	// Host is the address this node announces and binds (not used by the
+	// scheduler, which is SchedulerHost).
+	Host string
+	// Port to bind; 0 picks a free one.
+	Port int
+	// BindRetries is how many random ports a non-scheduler node tries when
+	// Port is taken or 0.
+	BindRetries int
+	// HeartbeatInterval, when positive, makes a non-scheduler node send a
+	// heartbeat to the scheduler this often.
+	HeartbeatInterval time.Duration
+	// HeartbeatTimeout is how long without a heartbeat makes a node dead,
+	// for recovery; 0 disables dead-node detection.
+	HeartbeatTimeout time.Duration
+	// DropRate is the percentage of received messages dropped once the node
+	// is ready (PS_DROP_MSG, for tests).
+	DropRate int
+	// SetRankEnv sets DMLC_RANK in the process environment once the node
+	// knows its rank, as C++ ps-lite does.
+	SetRankEnv bool
+}
+
+// Handler receives what the van does not handle itself.
+type Handler interface {
+	// HandleData is called, on the receive goroutine, for each data message.
+	HandleData(msg *message.Message)
+	// HandleBarrierDone is called when the scheduler releases a barrier.
+	HandleBarrierDone(msg *message.Message)
+}
+
+// Van is one node's endpoint.
+type Van struct {
+	cfg     Config
+	tr      Transport
+	handler Handler
+	log     zerolog.Logger
+
+	startMu   sync.Mutex // serialises Start and Stop
+	started   bool
+	stopped   bool
+	stopping  atomic.Bool
+	ready     chan struct{} // closed once the node has its id and peers
+	readyOnce sync.Once
+	recvDone  chan struct{} // closed when the receive loop exits
+	hbStop    chan struct{} // closed to stop the heartbeat goroutine
+	hbDone    chan struct{} // closed when the heartbeat goroutine exits
+	hbOnce    sync.Once
+	hbStarted atomic.Bool
+
+	timestamp atomic.Int32 // for control messages
+
+	nodeMu    sync.RWMutex // guards myNode and numbers below
+	myNode    message.Node
+	scheduler message.Node
+
+	hbMu       sync.Mutex // guards heartbeats
+	heartbeats map[int]time.Time
+	startTime  time.Time
+
+	sendBytes atomic.Int64
+	recvBytes atomic.Int64
+
+	// Owned by the receive goroutine.
+	rs recvState
+}
+
+// recvState is the control protocol's state, touched only by the receive
+// goroutine.
+type recvState struct {
+	registered []message.Node // ADD_NODE requests seen by the scheduler
+	connected  map[string]int // host:port -> id
+	shared     map[int]int    // id -> id of the process it shares (multi-customer processes)
+	numServers int
+	numWorkers int
+	barrier    [8]int // barrier requests counted per group
+	rng        *rand.Rand
+}
+
+// New returns a van for the node cfg describes, sending through tr and
+// handing data messages to h.
+func New(cfg Config, tr Transport, h Handler, log zerolog.Logger) (*Van, error) {
+	if tr == nil || h == nil {
+		return nil, errors.New("van: nil transport or handler")
+	}
+	if cfg.NumServers <= 0 || cfg.NumWorkers <= 0 {
+		return nil, fmt.Errorf("van: need at least one server and one worker (have %d servers, %d workers)", cfg.NumServers, cfg.NumWorkers)
+	}
+	if cfg.SchedulerHost == "" || cfg.SchedulerPort <= 0 || cfg.SchedulerPort > 65535 {
+		return nil, fmt.Errorf("van: invalid scheduler address %q:%d", cfg.SchedulerHost, cfg.SchedulerPort)
+	}
+	v := &Van{
+		cfg:        cfg,
+		tr:         tr,
+		handler:    h,
+		log:        log,
+		ready:      make(chan struct{}),
+		recvDone:   make(chan struct{}),
+		hbStop:     make(chan struct{}),
+		hbDone:     make(chan struct{}),
+		heartbeats: make(map[int]time.Time),
+	}
+	v.scheduler = message.Node{Role: message.RoleScheduler, ID: message.Scheduler, Hostname: cfg.SchedulerHost, Port: int32(cfg.SchedulerPort)}
+	if cfg.Role == message.RoleScheduler {
+		v.myNode = v.scheduler
+	} else {
+		v.myNode = message.Node{Role: cfg.Role, ID: emptyID, Hostname: cfg.Host, Port: int32(cfg.Port)}
+	}
+	v.rs = recvState{connected: map[string]int{}, shared: map[int]int{}, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))}
+	return v, nil
+}
+
+// MyNode returns this node's description; its ID is Empty until the van is ready.
+func (v *Van) MyNode() message.Node {
+	v.nodeMu.RLock()
+	defer v.nodeMu.RUnlock()
+	return v.myNode
+}
+
+// IsReady reports whether the node has joined the job.
+func (v *Van) IsReady() bool {
+	select {
+	case <-v.ready:
+		return !v.stopping.Load()
+	default:
+		return false
+	}
+}
+
+// Ready returns a channel closed once the node has joined the job.
+func (v *Van) Ready() <-chan struct{} { return v.ready }
+
+// NextTimestamp returns a fresh timestamp for a control message.
+func (v *Van) NextTimestamp() int32 {
+	for {
+		ts := v.timestamp.Add(1) - 1
+		if ts >= 0 && ts != math.MaxInt32 {
+			return ts
+		}
+		v.timestamp.CompareAndSwap(ts+1, 0)
+	}
+}
+
+// Start joins the job: on the first call it binds, connects to the
+// scheduler and starts receiving; every call by a non-scheduler sends
+// ADD_NODE for customerID (a process with several customers registers each).
+// It returns once the node has its id and its peers, or with ctx's error.
+func (v *Van) Start(ctx context.Context, customerID int) error {
+	v.startMu.Lock()
+	if v.stopped {
+		v.startMu.Unlock()
+		return ErrStopped
+	}
+	if !v.started {
+		if err := v.init(); err != nil {
+			v.startMu.Unlock()
+			return err
+		}
+		v.started = true
+	}
+	v.startMu.Unlock()
+
+	if v.cfg.Role != message.RoleScheduler && !v.IsReady() {
+		me := v.MyNode()
+		me.CustomerID = int32(customerID)
+		msg := message.New()
+		msg.Meta.Recver = message.Scheduler
+		msg.Meta.Control.Cmd = message.CmdAddNode
+		msg.Meta.Control.Nodes = []message.Node{me}
+		msg.Meta.Timestamp = v.NextTimestamp()
+		if _, err := v.Send(msg); err != nil {
+			return fmt.Errorf("van: register with the scheduler: %w", err)
+		}
+	}
+	select {
+	case <-v.ready:
+		v.hbOnce.Do(v.startHeartbeat)
+		return nil
+	case <-v.recvDone:
+		return ErrStopped
+	case <-ctx.Done():
+		return fmt.Errorf("van: %s at %s:%d did not join the job (scheduler %s:%d, %d servers, %d workers): %w",
+			v.cfg.Role, v.cfg.Host, v.MyNode().Port, v.cfg.SchedulerHost, v.cfg.SchedulerPort, v.cfg.NumServers, v.cfg.NumWorkers, ctx.Err())
+	}
+}
+
+func (v *Van) init() error {
+	isSched := v.cfg.Role == message.RoleScheduler
+	me := v.MyNode()
+	retries := v.cfg.BindRetries
+	host := me.Hostname
+	if isSched {
+		retries = 0
+	}
+	port, err := v.tr.Bind(host, int(me.Port), retries)
+	if err != nil {
+		return err
+	}
+	v.nodeMu.Lock()
+	v.myNode.Port = int32(port)
+	v.nodeMu.Unlock()
+	v.log.Info().Str("node", v.MyNode().String()).Msg("bound")
+
+	// Connect to the scheduler; a new node has no identity yet.
+	ident := ""
+	if isSched {
+		ident = Identity(message.Scheduler)
+	}
+	if err := v.tr.Connect(message.Scheduler, v.cfg.SchedulerHost, v.cfg.SchedulerPort, ident); err != nil {
+		return err
+	}
+	v.startTime = time.Now()
+	go v.receiveLoop()
+	return nil
+}
+
+// Stop stops the van: the receive loop and the heartbeat end and every
+// socket is closed. It does not hang: a receive loop that does not see its
+// own TERMINATE stops at its next receive timeout.
+func (v *Van) Stop() error {
+	v.startMu.Lock()
+	defer v.startMu.Unlock()
+	if v.stopped {
+		return nil
+	}
+	v.stopped = true
+	if !v.started {
+		return v.tr.Close()
+	}
+	v.stopping.Store(true)
+	me := v.MyNode()
+	if me.ID != emptyID {
+		msg := message.New()
+		msg.Meta.Control.Cmd = message.CmdTerminate
+		msg.Meta.Recver = me.ID
+		msg.Meta.CustomerID = 0
+		if _, err := v.Send(msg); err != nil {
+			v.log.Debug().Err(err).Msg("could not send TERMINATE to self; waiting for the receive timeout")
+		}
+	}
+	<-v.recvDone
+	close(v.hbStop)
+	if v.hbStarted.Load() {
+		<-v.hbDone
+	}
+	v.log.Info().Str("node", me.String()).Int64("sent_bytes", v.sendBytes.Load()).Int64("recv_bytes", v.recvBytes.Load()).Msg("stopped")
+	return v.tr.Close()
+}
+
+// Send encodes msg and sends it to msg.Meta.Recver. It returns the bytes sent.
+func (v *Van) Send(msg *message.Message) (int, error) {
+	if msg.Meta.Recver == emptyID {
+		return 0, errors.New("van: message without a receiver")
+	}
+	meta, err := message.Encode(&msg.Meta)
+	if err != nil {
+		return 0, fmt.Errorf("van: encode meta: %w", err)
+	}
+	frames := make([][]byte, 0, 1+len(msg.Data))
+	frames = append(frames, meta)
+	frames = append(frames, msg.Data...)
+	n, err := v.tr.Send(int(msg.Meta.Recver), frames)
+	if err != nil {
+		return n, err
+	}
+	v.sendBytes.Add(int64(n))
+	if e := v.log.Trace(); e.Enabled() {
+		e.Str("msg", msg.String()).Msg("sent")
+	}
+	return n, nil
+}
+
+func (v *Van) receiveLoop() {
+	defer close(v.recvDone)
+	for {
+		ident, frames, err := v.tr.Recv()
+		if err != nil {
+			if errors.Is(err, ErrRecvTimeout) {
+				if v.stopping.Load() {
+					return
+				}
+				continue
+			}
+			if errors.Is(err, ErrClosed) {
+				return
+			}
+			v.log.Error().Err(err).Msg("receive failed")
+			if v.stopping.Load() {
+				return
+			}
+			continue
+		}
+		msg, err := v.decode(ident, frames)
+		if err != nil {
+			v.log.Warn().Err(err).Msg("dropping a malformed message")
+			continue
+		}
+		if v.cfg.DropRate > 0 && v.IsReady() && v.rs.rng.IntN(100) < v.cfg.DropRate {
+			v.log.Warn().Str("msg", msg.String()).Msg("dropping a message (PS_DROP_MSG)")
+			continue
+		}
+		if e := v.log.Trace(); e.Enabled() {
+			e.Str("msg", msg.String()).Msg("received")
+		}
+		if msg.Meta.IsControl() {
+			if v.handleControl(msg) {
+				return
+			}
+			continue
+		}
+		if msg.Meta.Sender == emptyID || msg.Meta.AppID == emptyID {
+			v.log.Warn().Str("msg", msg.String()).Msg("dropping a data message from an unknown sender or without app id")
+			continue
+		}
+		v.handler.HandleData(msg)
+	}
+}
+
+func (v *Van) decode(ident []byte, frames [][]byte) (*message.Message, error) {
+	if len(frames) < 1 {
+		return nil, errors.New("no meta frame")
+	}
+	var n int64
+	for _, f := range frames {
+		n += int64(len(f))
+	}
+	v.recvBytes.Add(n + int64(len(ident)))
+	meta, err := message.Decode(frames[0])
+	if err != nil {
+		return nil, err
+	}
+	meta.Sender = ParseIdentity(ident)
+	meta.Recver = v.MyNode().ID
+	msg := &message.Message{Meta: meta, Data: frames[1:]}
+	if len(msg.Data) > 0 && len(meta.DataTypes) != len(msg.Data) {
+		return nil, fmt.Errorf("%d data frames but %d data types", len(msg.Data), len(meta.DataTypes))
+	}
+	return msg, nil
+}
+
+// handleControl runs one control message; it reports true when the loop
+// must end.
+func (v *Van) handleControl(msg *message.Message) bool {
+	switch msg.Meta.Control.Cmd {
+	case message.CmdTerminate:
+		if v.stopping.Load() {
+			return true
+		}
+		v.log.Warn().Str("msg", msg.String()).Msg("ignoring TERMINATE while not stopping")
+	case message.CmdAddNode:
+		v.handleAddNode(msg)
+	case message.CmdBarrier:
+		v.handleBarrier(msg)
+	case message.CmdHeartbeat:
+		v.handleHeartbeat(msg)
+	case message.CmdAck:
+		// Resending is not enabled; an ACK needs no answer.
+	default:
+		v.log.Warn().Str("msg", msg.String()).Msg("dropping a control message of unknown type")
+	}
+	return false
+}
+
+func (v *Van) markReady() {
+	v.readyOnce.Do(func() { close(v.ready) })
+}
+
+func (v *Van) connect(n message.Node) error {
+	me := v.MyNode()
+	if n.Role == me.Role && n.ID != me.ID {
+		return nil // workers do not talk to workers, nor servers to servers
+	}
+	ident := ""
+	if me.ID != emptyID {
+		ident = Identity(int(me.ID))
+	}
+	return v.tr.Connect(int(n.ID), n.Hostname, int(n.Port), ident)
+}
+
+func (v *Van) handleAddNode(msg *message.Message) {
+	nodes := msg.Meta.Control.Nodes
+	if v.cfg.Role == message.RoleScheduler {
+		v.schedulerAddNode(msg)
+		return
+	}
+	if msg.Meta.Sender != message.Scheduler {
+		v.log.Warn().Str("msg", msg.String()).Msg("dropping ADD_NODE not sent by the scheduler")
+		return
+	}
+	me := v.MyNode()
+	for _, n := range nodes {
+		if n.Hostname == me.Hostname && n.Port == me.Port && me.ID == emptyID {
+			if n.ID == emptyID || n.Role != me.Role {
+				v.log.Warn().Str("msg", msg.String()).Msg("dropping ADD_NODE that assigns no valid id")
+				return
+			}
+			v.nodeMu.Lock()
+			v.myNode.ID = n.ID
+			v.myNode.IsRecovery = n.IsRecovery
+			v.nodeMu.Unlock()
+			me = v.MyNode()
+			if v.cfg.SetRankEnv {
+				os.Setenv("DMLC_RANK", strconv.Itoa(message.IDToRank(int(n.ID))))
+			}
+			v.log.Info().Str("node", me.String()).Msg("assigned id")
+		}
+	}
+	if me.ID == emptyID {
+		v.log.Warn().Str("msg", msg.String()).Msg("ADD_NODE does not list this node; ignoring it")
+		return
+	}
+	now := time.Now()
+	for _, n := range nodes {
+		if n.ID == emptyID || n.ID <= 0 {
+			continue
+		}
+		addr := n.Addr()
+		if old, ok := v.rs.connected[addr]; ok && old == int(n.ID) && !n.IsRecovery {
+			continue
+		}
+		if err := v.connect(n); err != nil {
+			v.log.Error().Err(err).Str("node", n.String()).Msg("connect failed")
+			continue
+		}
+		v.rs.connected[addr] = int(n.ID)
+		v.updateHeartbeat(int(n.ID), now)
+	}
+	v.markReady()
+}
+
+func (v *Van) schedulerAddNode(msg *message.Message) {
+	total := v.cfg.NumServers + v.cfg.NumWorkers
+	if msg.Meta.Sender != emptyID {
+		v.log.Warn().Str("msg", msg.String()).Msg("dropping ADD_NODE from a node that already has an id")
+		return
+	}
+	if len(msg.Meta.Control.Nodes) != 1 {
+		v.log.Warn().Str("msg", msg.String()).Msg("dropping ADD_NODE that does not carry exactly one node")
+		return
+	}
+	n := msg.Meta.Control.Nodes[0]
+	if n.Role != message.RoleServer && n.Role != message.RoleWorker || n.Port <= 0 || n.Hostname == "" {
+		v.log.Warn().Str("msg", msg.String()).Msg("dropping ADD_NODE for an invalid node")
+		return
+	}
+	if len(v.rs.registered) < total {
+		n.ID = emptyID
+		v.rs.registered = append(v.rs.registered, n)
+		v.log.Info().Str("node", n.String()).Int("have", len(v.rs.registered)).Int("want", total).Msg("node registered")
+		if len(v.rs.registered) == total {
+			v.assignIDs()
+		}
+		return
+	}
+	v.recoverNode(n)
+}
+
+// assignIDs gives every registered node an id, in order of host and port,
+// and sends the full list to all of them.
+func (v *Van) assignIDs() {
+	nodes := v.rs.registered
+	sort.SliceStable(nodes, func(i, j int) bool {
+		if nodes[i].Hostname != nodes[j].Hostname {
+			return nodes[i].Hostname < nodes[j].Hostname
+		}
+		return nodes[i].Port < nodes[j].Port
+	})
+	now := time.Now()
+	for i := range nodes {
+		n := &nodes[i]
+		var id int
+		if n.Role == message.RoleServer {
+			id = message.ServerRankToID(v.rs.numServers)
+			v.rs.numServers++
+		} else {
+			id = message.WorkerRankToID(v.rs.numWorkers)
+			v.rs.numWorkers++
+		}
+		addr := n.Addr()
+		if first, ok := v.rs.connected[addr]; ok {
+			// Another customer of a process already registered: it shares
+			// that process's id and sockets.
+			v.rs.shared[id] = first
+			n.ID = int32(first)
+			continue
+		}
+		n.ID = int32(id)
+		if err := v.connect(*n); err != nil {
+			v.log.Error().Err(err).Str("node", n.String()).Msg("connect failed")
+		}
+		v.rs.connected[addr] = id
+		v.updateHeartbeat(id, now)
+	}
+	list := append(append([]message.Node{}, nodes...), v.MyNode())
+	v.rs.registered = list
+	for _, id := range v.groupMembers(message.ServerGroup + message.WorkerGroup) {
+		if _, shared := v.rs.shared[id]; shared {
+			continue
+		}
+		v.sendNodes(id, list)
+	}
+	v.log.Info().Int("servers", v.rs.numServers).Int("workers", v.rs.numWorkers).Msg("all nodes registered")
+	v.markReady()
+}
+
+func (v *Van) sendNodes(id int, nodes []message.Node) {
+	msg := message.New()
+	msg.Meta.Recver = int32(id)
+	msg.Meta.Control.Cmd = message.CmdAddNode
+	msg.Meta.Control.Nodes = nodes
+	msg.Meta.Timestamp = v.NextTimestamp()
+	if _, err := v.Send(msg); err != nil {
+		v.log.Error().Err(err).Int("to", id).Msg("sending the node list failed")
+	}
+}
+
+// recoverNode lets a node replace a dead node of the same role.
+func (v *Van) recoverNode(n message.Node) {
+	dead := v.DeadNodes(v.cfg.HeartbeatTimeout)
+	deadSet := map[int]bool{}
+	for _, id := range dead {
+		deadSet[id] = true
+	}
+	list := v.rs.registered
+	for i := 0; i < len(list)-1; i++ {
+		old := list[i]
+		if !deadSet[int(old.ID)] || old.Role != n.Role {
+			continue
+		}
+		n.ID = old.ID
+		n.IsRecovery = true
+		v.log.Warn().Str("dead", old.String()).Str("new", n.String()).Msg("replacing a dead node")
+		delete(v.rs.connected, old.Addr())
+		list[i] = n
+		if err := v.connect(n); err != nil {
+			v.log.Error().Err(err).Str("node", n.String()).Msg("connect failed")
+			return
+		}
+		v.rs.connected[n.Addr()] = int(n.ID)
+		v.updateHeartbeat(int(n.ID), time.Now())
+		for _, id := range v.groupMembers(message.ServerGroup + message.WorkerGroup) {
+			if id != int(n.ID) && deadSet[id] {
+				continue
+			}
+			if id == int(n.ID) {
+				v.sendNodes(id, list)
+			} else {
+				v.sendNodes(id, []message.Node{n})
+			}
+		}
+		return
+	}
+	v.log.Warn().Str("node", n.String()).Msg("refusing ADD_NODE: the job is full and no node of that role is dead")
+}
+
+func (v *Van) groupMembers(group int) []int {
+	ids, _ := message.GroupMembers(group, v.cfg.NumServers, v.cfg.NumWorkers)
+	return ids
+}
+
+func (v *Van) handleBarrier(msg *message.Message) {
+	if !msg.Meta.Request {
+		if msg.Meta.Sender != message.Scheduler {
+			v.log.Warn().Str("msg", msg.String()).Msg("dropping a barrier release not sent by the scheduler")
+			return
+		}
+		v.handler.HandleBarrierDone(msg)
+		return
+	}
+	if v.cfg.Role != message.RoleScheduler {
+		v.log.Warn().Str("msg", msg.String()).Msg("dropping a barrier request sent to a non-scheduler")
+		return
+	}
+	group := int(msg.Meta.Control.BarrierGroup)
+	if group < 1 || group > 7 || msg.Meta.Sender == emptyID {
+		v.log.Warn().Str("msg", msg.String()).Msg("dropping a barrier request with a bad group or sender")
+		return
+	}
+	members := v.groupMembers(group)
+	v.rs.barrier[group]++
+	v.log.Debug().Int("group", group).Int("count", v.rs.barrier[group]).Int("of", len(members)).Msg("barrier")
+	if v.rs.barrier[group] < len(members) {
+		return
+	}
+	v.rs.barrier[group] = 0
+	for _, id := range members {
+		if _, shared := v.rs.shared[id]; shared {
+			continue
+		}
+		res := message.New()
+		res.Meta.Request = false
+		res.Meta.AppID = msg.Meta.AppID
+		res.Meta.CustomerID = msg.Meta.CustomerID
+		res.Meta.Control.Cmd = message.CmdBarrier
+		res.Meta.Recver = int32(id)
+		res.Meta.Timestamp = v.NextTimestamp()
+		if _, err := v.Send(res); err != nil {
+			v.log.Error().Err(err).Int("to", id).Msg("sending a barrier release failed")
+		}
+	}
+}
+
+func (v *Van) handleHeartbeat(msg *message.Message) {
+	now := time.Now()
+	for _, n := range msg.Meta.Control.Nodes {
+		if n.ID == emptyID {
+			continue
+		}
+		v.updateHeartbeat(int(n.ID), now)
+		if v.cfg.Role == message.RoleScheduler {
+			ack := message.New()
+			ack.Meta.Recver = n.ID
+			ack.Meta.Control.Cmd = message.CmdHeartbeat
+			ack.Meta.Control.Nodes = []message.Node{v.MyNode()}
+			ack.Meta.Timestamp = v.NextTimestamp()
+			if _, err := v.Send(ack); err != nil {
+				v.log.Debug().Err(err).Int32("to", n.ID).Msg("heartbeat reply failed")
+			}
+		}
+	}
+}
+
+func (v *Van) updateHeartbeat(id int, t time.Time) {
+	v.hbMu.Lock()
+	v.heartbeats[id] = t
+	v.hbMu.Unlock()
+}
+
+// DeadNodes returns the nodes not heard from within timeout: at the
+// scheduler, servers and workers; elsewhere, the scheduler. A timeout of 0
+// reports none.
+func (v *Van) DeadNodes(timeout time.Duration) []int {
+	if timeout <= 0 || !v.IsReady() {
+		return nil
+	}
+	var ids []int
+	if v.cfg.Role == message.RoleScheduler {
+		ids = v.groupMembers(message.ServerGroup + message.WorkerGroup)
+	} else {
+		ids = []int{message.Scheduler}
+	}
+	now := time.Now()
+	if now.Sub(v.startTime) < timeout {
+		return nil
+	}
+	v.hbMu.Lock()
+	defer v.hbMu.Unlock()
+	var dead []int
+	for _, id := range ids {
+		if last, ok := v.heartbeats[id]; !ok || now.Sub(last) > timeout {
+			dead = append(dead, id)
+		}
+	}
+	return dead
+}
+
+// startHeartbeat starts sending heartbeats to the scheduler, if configured.
+// Start calls it once the node is ready; Stop ends it.
+func (v *Van) startHeartbeat() {
+	if v.cfg.Role == message.RoleScheduler || v.cfg.HeartbeatInterval <= 0 {
+		return
+	}
+	v.startMu.Lock()
+	defer v.startMu.Unlock()
+	if v.stopped {
+		return
+	}
+	v.hbStarted.Store(true)
+	go func() {
+		defer close(v.hbDone)
+		tick := time.NewTicker(v.cfg.HeartbeatInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-v.hbStop:
+				return
+			case <-tick.C:
+				msg := message.New()
+				msg.Meta.Recver = message.Scheduler
+				msg.Meta.Control.Cmd = message.CmdHeartbeat
+				msg.Meta.Control.Nodes = []message.Node{v.MyNode()}
+				msg.Meta.Timestamp = v.NextTimestamp()
+				if _, err := v.Send(msg); err != nil {
+					v.log.Debug().Err(err).Msg("heartbeat failed")
+				}
+			}
+		}
+	}()
+}
+
+// Stats returns the bytes sent and received so far.
+func (v *Van) Stats() (sent, received int64) { return v.sendBytes.Load(), v.recvBytes.Load() }

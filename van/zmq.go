@@ -1,0 +1,261 @@
+package van
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"syscall"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+)
+
+// ZMQOptions configures a ZMQTransport.
+type ZMQOptions struct {
+	// Local uses ipc:///tmp/<port> endpoints instead of TCP (DMLC_LOCAL).
+	Local bool
+	// WaterMark, when positive, is the send high-water mark of every
+	// sending socket (DMLC_PS_WATER_MARK).
+	WaterMark int
+	// BindAll binds 0.0.0.0 instead of the node's host (DMLC_USE_KUBERNETES
+	// on the scheduler).
+	BindAll bool
+	// RecvTimeout bounds each blocking receive so the receive loop can
+	// notice a stop; 0 means 200ms.
+	RecvTimeout time.Duration
+	// Linger is how long closing waits to flush unsent messages; 0 means
+	// 500ms.
+	Linger time.Duration
+	// IOThreads is the number of ZeroMQ I/O threads; 0 means 1.
+	IOThreads int
+}
+
+// ZMQTransport is the ZeroMQ transport of C++ ps-lite: one ROUTER socket
+// receives from every peer and one DEALER socket per peer sends to it.
+//
+// The ROUTER belongs to the goroutine that calls Bind and Recv. Each DEALER
+// is guarded by its own mutex, so sends to different peers run in parallel.
+type ZMQTransport struct {
+	opts ZMQOptions
+	ctx  *zmq.Context
+
+	router *zmq.Socket // owned by the receive goroutine
+
+	peersMu sync.RWMutex // guards the peers map, not the sockets
+	peers   map[int]*zmqPeer
+	closed  bool
+}
+
+type zmqPeer struct {
+	mu   sync.Mutex // guards sock
+	sock *zmq.Socket
+}
+
+var _ Transport = (*ZMQTransport)(nil)
+
+// NewZMQTransport creates a ZeroMQ context for one node.
+func NewZMQTransport(opts ZMQOptions) (*ZMQTransport, error) {
+	if opts.RecvTimeout <= 0 {
+		opts.RecvTimeout = 200 * time.Millisecond
+	}
+	if opts.Linger <= 0 {
+		opts.Linger = 500 * time.Millisecond
+	}
+	ctx, err := zmq.NewContext()
+	if err != nil {
+		return nil, fmt.Errorf("van: create zmq context: %w", err)
+	}
+	if err := ctx.SetMaxSockets(65536); err != nil {
+		ctx.Term()
+		return nil, fmt.Errorf("van: zmq max sockets: %w", err)
+	}
+	if opts.IOThreads > 0 {
+		if err := ctx.SetIoThreads(opts.IOThreads); err != nil {
+			ctx.Term()
+			return nil, fmt.Errorf("van: zmq io threads: %w", err)
+		}
+	}
+	return &ZMQTransport{opts: opts, ctx: ctx, peers: make(map[int]*zmqPeer)}, nil
+}
+
+func (t *ZMQTransport) endpoint(host string, port int) string {
+	if t.opts.Local {
+		return fmt.Sprintf("ipc:///tmp/%d", port)
+	}
+	return fmt.Sprintf("tcp://%s:%d", host, port)
+}
+
+// Bind implements Transport.
+func (t *ZMQTransport) Bind(host string, port, maxRetry int) (int, error) {
+	if t.router != nil {
+		return 0, errors.New("van: already bound")
+	}
+	sock, err := t.ctx.NewSocket(zmq.ROUTER)
+	if err != nil {
+		return 0, fmt.Errorf("van: create receiver socket: %w", err)
+	}
+	if err := sock.SetRcvtimeo(t.opts.RecvTimeout); err != nil {
+		sock.Close()
+		return 0, fmt.Errorf("van: receive timeout: %w", err)
+	}
+	sock.SetLinger(0)
+	if host == "" || t.opts.BindAll {
+		host = "*"
+	}
+	var lastErr error
+	for i := 0; i <= maxRetry; i++ {
+		if i > 0 || port <= 0 {
+			port = 10000 + rand.IntN(40000)
+		}
+		if err := sock.Bind(t.endpoint(host, port)); err != nil {
+			lastErr = err
+			continue
+		}
+		t.router = sock
+		return port, nil
+	}
+	sock.Close()
+	return 0, fmt.Errorf("van: bind %s: %w", t.endpoint(host, port), lastErr)
+}
+
+// Connect implements Transport.
+func (t *ZMQTransport) Connect(id int, host string, port int, identity string) error {
+	sock, err := t.ctx.NewSocket(zmq.DEALER)
+	if err != nil {
+		return fmt.Errorf("van: create sender socket (raise the open-file limit?): %w", err)
+	}
+	if identity != "" {
+		if err := sock.SetIdentity(identity); err != nil {
+			sock.Close()
+			return fmt.Errorf("van: set identity: %w", err)
+		}
+	}
+	if t.opts.WaterMark > 0 {
+		if err := sock.SetSndhwm(t.opts.WaterMark); err != nil {
+			sock.Close()
+			return fmt.Errorf("van: set send high-water mark: %w", err)
+		}
+	}
+	sock.SetLinger(t.opts.Linger)
+	addr := t.endpoint(host, port)
+	if err := sock.Connect(addr); err != nil {
+		sock.Close()
+		return fmt.Errorf("van: connect to %s: %w", addr, err)
+	}
+	t.peersMu.Lock()
+	if t.closed {
+		t.peersMu.Unlock()
+		sock.Close()
+		return ErrClosed
+	}
+	old := t.peers[id]
+	t.peers[id] = &zmqPeer{sock: sock}
+	t.peersMu.Unlock()
+	old.close()
+	return nil
+}
+
+func (p *zmqPeer) close() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	if p.sock != nil {
+		p.sock.Close()
+		p.sock = nil
+	}
+	p.mu.Unlock()
+}
+
+// Disconnect implements Transport.
+func (t *ZMQTransport) Disconnect(id int) {
+	t.peersMu.Lock()
+	p := t.peers[id]
+	delete(t.peers, id)
+	t.peersMu.Unlock()
+	p.close()
+}
+
+// Send implements Transport.
+func (t *ZMQTransport) Send(id int, frames [][]byte) (int, error) {
+	for {
+		t.peersMu.RLock()
+		p, ok := t.peers[id]
+		closed := t.closed
+		t.peersMu.RUnlock()
+		if closed {
+			return 0, ErrClosed
+		}
+		if !ok {
+			return 0, fmt.Errorf("%w %d", ErrNoPeer, id)
+		}
+		p.mu.Lock()
+		if p.sock == nil { // replaced by a reconnect meanwhile: look again
+			p.mu.Unlock()
+			continue
+		}
+		n, err := sendFrames(p.sock, frames)
+		p.mu.Unlock()
+		return n, err
+	}
+}
+
+func sendFrames(sock *zmq.Socket, frames [][]byte) (int, error) {
+	total := 0
+	for i, f := range frames {
+		flag := zmq.SNDMORE
+		if i == len(frames)-1 {
+			flag = 0
+		}
+		n, err := sock.SendBytes(f, flag)
+		if err != nil {
+			return total, fmt.Errorf("van: send frame %d/%d: %w", i, len(frames), err)
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// Recv implements Transport.
+func (t *ZMQTransport) Recv() ([]byte, [][]byte, error) {
+	if t.router == nil {
+		return nil, nil, errors.New("van: not bound")
+	}
+	frames, err := t.router.RecvMessageBytes(0)
+	if err != nil {
+		if errors.Is(err, zmq.Errno(syscall.EAGAIN)) {
+			return nil, nil, ErrRecvTimeout
+		}
+		if errors.Is(err, zmq.ETERM) {
+			return nil, nil, ErrClosed
+		}
+		return nil, nil, fmt.Errorf("van: receive: %w", err)
+	}
+	if len(frames) == 0 {
+		return nil, nil, ErrRecvTimeout
+	}
+	return frames[0], frames[1:], nil
+}
+
+// Close implements Transport. Closing waits up to the linger time for
+// unsent messages to peers that are still reachable.
+func (t *ZMQTransport) Close() error {
+	t.peersMu.Lock()
+	if t.closed {
+		t.peersMu.Unlock()
+		return nil
+	}
+	t.closed = true
+	peers := t.peers
+	t.peers = map[int]*zmqPeer{}
+	t.peersMu.Unlock()
+	for _, p := range peers {
+		p.close()
+	}
+	if t.router != nil {
+		t.router.Close()
+		t.router = nil
+	}
+	return t.ctx.Term()
+}
