@@ -1,0 +1,212 @@
+package kv
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/gopslite/pslite/message"
+	"github.com/gopslite/pslite/postoffice"
+)
+
+// KVMeta describes a request as the server's handle sees it.
+type KVMeta struct {
+	Cmd        int
+	Push       bool
+	Pull       bool
+	Sender     int
+	Timestamp  int
+	CustomerID int
+	AppID      int
+}
+
+// ReqHandle processes a request; it must call Response once for it, then or
+// later, from any goroutine.
+type ReqHandle[V message.Value] func(meta KVMeta, data KVPairs[V], server *KVServer[V])
+
+// KVServer answers the requests of workers. It also answers SimpleApp
+// requests sent to it (set with SetSimpleRequestHandle).
+type KVServer[V message.Value] struct {
+	*SimpleApp
+
+	mu     sync.RWMutex // guards handle
+	handle ReqHandle[V]
+}
+
+// NewKVServer registers a server as customer (appID, appID), the way C++
+// ps-lite routes requests to servers.
+func NewKVServer[V message.Value](po *postoffice.Postoffice, appID int) (*KVServer[V], error) {
+	s := &KVServer[V]{SimpleApp: newSimpleApp(po)}
+	return s, s.register(appID, appID, s.process)
+}
+
+// SetRequestHandle sets the function that answers KV requests.
+func (s *KVServer[V]) SetRequestHandle(h ReqHandle[V]) error {
+	if h == nil {
+		return fmt.Errorf("kv: nil request handle")
+	}
+	s.mu.Lock()
+	s.handle = h
+	s.mu.Unlock()
+	return nil
+}
+
+// SetSimpleRequestHandle sets the function that answers SimpleApp requests.
+func (s *KVServer[V]) SetSimpleRequestHandle(h SimpleHandle) { s.SimpleApp.SetRequestHandle(h) }
+
+// Response answers req with res (keys, values and optional lens for a pull;
+// nothing for a push).
+func (s *KVServer[V]) Response(req KVMeta, res KVPairs[V]) error {
+	msg := message.New()
+	msg.Meta.AppID = int32(s.cust.AppID())
+	msg.Meta.CustomerID = int32(req.CustomerID)
+	msg.Meta.Request = false
+	msg.Meta.Push = req.Push
+	msg.Meta.Pull = req.Pull
+	msg.Meta.Head = int32(req.Cmd)
+	msg.Meta.Timestamp = int32(req.Timestamp)
+	msg.Meta.Recver = int32(req.Sender)
+	if len(res.Keys) > 0 {
+		if err := res.Check(true); err != nil {
+			return err
+		}
+		msg.AddData(message.Uint64, message.Frame(res.Keys))
+		msg.AddData(message.TypeOf[V](), message.Frame(res.Vals))
+		if len(res.Lens) > 0 {
+			msg.AddData(message.Int32, message.Frame(res.Lens))
+		}
+	}
+	return s.po.Send(msg)
+}
+
+func (s *KVServer[V]) process(msg *message.Message) {
+	if msg.Meta.SimpleApp {
+		s.SimpleApp.process(msg)
+		return
+	}
+	if !msg.Meta.Request {
+		return
+	}
+	meta := KVMeta{
+		Cmd:        int(msg.Meta.Head),
+		Push:       msg.Meta.Push,
+		Pull:       msg.Meta.Pull,
+		Sender:     int(msg.Meta.Sender),
+		Timestamp:  int(msg.Meta.Timestamp),
+		CustomerID: int(msg.Meta.CustomerID),
+		AppID:      int(msg.Meta.AppID),
+	}
+	data, err := decodeKVs[V](msg, msg.Meta.Push)
+	if err != nil {
+		l := s.po.Logger()
+		l.Warn().Err(err).Str("msg", msg.String()).Msg("dropping a malformed KV request")
+		return
+	}
+	s.mu.RLock()
+	h := s.handle
+	s.mu.RUnlock()
+	if h == nil {
+		l := s.po.Logger()
+		l.Warn().Str("msg", msg.String()).Msg("no request handle set; answering with nothing")
+		_ = s.Response(meta, KVPairs[V]{})
+		return
+	}
+	h(meta, data, s)
+}
+
+// DefaultHandle is a request handle that keeps a store of values per key:
+// a push adds the pushed values element-wise to the stored ones (a key's
+// first push, or a push of another length, stores them), and a pull returns the stored values (a key
+// never pushed reads as one zero). Lens are returned when any key pulled
+// holds other than one value.
+type DefaultHandle[V message.Value] struct {
+	mu    sync.Mutex // guards store
+	store map[uint64][]V
+}
+
+// NewDefaultHandle returns an empty store.
+func NewDefaultHandle[V message.Value]() *DefaultHandle[V] {
+	return &DefaultHandle[V]{store: make(map[uint64][]V)}
+}
+
+// Handle is the ReqHandle.
+func (h *DefaultHandle[V]) Handle(meta KVMeta, data KVPairs[V], s *KVServer[V]) {
+	h.mu.Lock()
+	var res KVPairs[V]
+	if meta.Push {
+		h.push(data)
+	}
+	if meta.Pull {
+		res = h.pull(data.Keys)
+	}
+	h.mu.Unlock()
+	if err := s.Response(meta, res); err != nil {
+		l := s.po.Logger()
+		l.Warn().Err(err).Msg("response failed")
+	}
+}
+
+func (h *DefaultHandle[V]) push(data KVPairs[V]) {
+	off := 0
+	per := 0
+	if len(data.Lens) == 0 && len(data.Keys) > 0 {
+		per = len(data.Vals) / len(data.Keys)
+	}
+	for i, k := range data.Keys {
+		n := per
+		if len(data.Lens) > 0 {
+			n = int(data.Lens[i])
+		}
+		vals := data.Vals[off : off+n]
+		off += n
+		cur := h.store[k]
+		if len(cur) != n {
+			h.store[k] = append([]V(nil), vals...)
+			continue
+		}
+		for j, v := range vals {
+			cur[j] += v
+		}
+	}
+}
+
+func (h *DefaultHandle[V]) pull(keys []uint64) KVPairs[V] {
+	res := KVPairs[V]{Keys: keys}
+	uniform := true
+	total := 0
+	for _, k := range keys {
+		n := max(len(h.store[k]), 1)
+		if n != 1 {
+			uniform = false
+		}
+		total += n
+	}
+	res.Vals = make([]V, 0, total)
+	if !uniform {
+		res.Lens = make([]int32, len(keys))
+	}
+	for i, k := range keys {
+		v := h.store[k]
+		if len(v) == 0 {
+			v = []V{0}
+		}
+		res.Vals = append(res.Vals, v...)
+		if !uniform {
+			res.Lens[i] = int32(len(v))
+		}
+	}
+	return res
+}
+
+// Get returns a copy of the values stored for key.
+func (h *DefaultHandle[V]) Get(key uint64) []V {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]V(nil), h.store[key]...)
+}
+
+// Len returns the number of keys stored.
+func (h *DefaultHandle[V]) Len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.store)
+}

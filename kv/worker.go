@@ -1,0 +1,366 @@
+package kv
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gopslite/pslite/message"
+	"github.com/gopslite/pslite/postoffice"
+)
+
+// Option sets an optional parameter of a KVWorker request.
+type Option func(*reqOptions)
+
+type reqOptions struct {
+	cmd      int
+	cb       func()
+	priority int
+}
+
+// WithCmd sets the request's command (meta head), passed to the server's handle.
+func WithCmd(cmd int) Option { return func(o *reqOptions) { o.cmd = cmd } }
+
+// WithCallback sets a function run, on the customer goroutine, once the
+// request has all its responses (and, for a pull, the values are in place),
+// before Wait returns.
+func WithCallback(cb func()) Option { return func(o *reqOptions) { o.cb = cb } }
+
+// WithPriority sets the request's priority: servers handle requests of
+// higher priority first.
+func WithPriority(p int) Option { return func(o *reqOptions) { o.priority = p } }
+
+func collect(opts []Option) reqOptions {
+	var o reqOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
+// KVWorker pushes values to and pulls values from the servers.
+type KVWorker[V message.Value] struct {
+	*SimpleApp
+
+	mu        sync.Mutex // guards callbacks, pulls and slicer
+	callbacks map[int]func() error
+	pulls     map[int][]KVPairs[V]
+	slicer    Slicer[V]
+}
+
+// NewKVWorker registers a worker as customer (appID, customerID).
+func NewKVWorker[V message.Value](po *postoffice.Postoffice, appID, customerID int) (*KVWorker[V], error) {
+	w := &KVWorker[V]{
+		SimpleApp: newSimpleApp(po),
+		callbacks: make(map[int]func() error),
+		pulls:     make(map[int][]KVPairs[V]),
+		slicer:    DefaultSlicer[V],
+	}
+	return w, w.register(appID, customerID, w.process)
+}
+
+// SetSlicer replaces the function that splits requests over servers.
+func (w *KVWorker[V]) SetSlicer(s Slicer[V]) error {
+	if s == nil {
+		return fmt.Errorf("kv: nil slicer")
+	}
+	w.mu.Lock()
+	w.slicer = s
+	w.mu.Unlock()
+	return nil
+}
+
+// Push sends keys and vals (and lens, when not nil, the number of values of
+// each key) to the servers. It copies its arguments, so the caller may reuse
+// them at once. It returns the timestamp to Wait on.
+func (w *KVWorker[V]) Push(keys []uint64, vals []V, lens []int32, opts ...Option) (int, error) {
+	return w.ZPush(slices.Clone(keys), slices.Clone(vals), slices.Clone(lens), opts...)
+}
+
+// ZPush is Push without copying: keys, vals and lens must not change until
+// the request has finished.
+func (w *KVWorker[V]) ZPush(keys []uint64, vals []V, lens []int32, opts ...Option) (int, error) {
+	o := collect(opts)
+	kvs := KVPairs[V]{Keys: keys, Vals: vals, Lens: lens, Priority: o.priority}
+	if err := kvs.Check(true); err != nil {
+		return 0, err
+	}
+	return w.send(true, false, o, kvs, nil)
+}
+
+// Pull fetches the values of keys into *vals (and the number of values of
+// each key into *lens, when lens is not nil). An empty *vals is allocated;
+// otherwise it must have room for exactly the values returned. The values are
+// in place when Wait returns.
+func (w *KVWorker[V]) Pull(keys []uint64, vals *[]V, lens *[]int32, opts ...Option) (int, error) {
+	return w.ZPull(slices.Clone(keys), vals, lens, opts...)
+}
+
+// ZPull is Pull without copying keys: they must not change until the request
+// has finished.
+func (w *KVWorker[V]) ZPull(keys []uint64, vals *[]V, lens *[]int32, opts ...Option) (int, error) {
+	if vals == nil {
+		return 0, fmt.Errorf("kv: nil destination for pulled values")
+	}
+	o := collect(opts)
+	return w.send(false, true, o, KVPairs[V]{Keys: keys, Priority: o.priority}, &pullDest[V]{keys: keys, vals: vals, lens: lens})
+}
+
+// PushPull pushes vals and pulls the resulting values into *outs in one round
+// trip. *lens, when lens is not nil, is sent and receives the returned lengths.
+func (w *KVWorker[V]) PushPull(keys []uint64, vals []V, outs *[]V, lens *[]int32, opts ...Option) (int, error) {
+	var l *[]int32
+	if lens != nil {
+		c := slices.Clone(*lens)
+		l = &c
+		defer func() { *lens = *l }()
+	}
+	return w.ZPushPull(slices.Clone(keys), slices.Clone(vals), outs, l, opts...)
+}
+
+// ZPushPull is PushPull without copying: keys and vals must not change until
+// the request has finished.
+func (w *KVWorker[V]) ZPushPull(keys []uint64, vals []V, outs *[]V, lens *[]int32, opts ...Option) (int, error) {
+	if outs == nil {
+		return 0, fmt.Errorf("kv: nil destination for pulled values")
+	}
+	o := collect(opts)
+	kvs := KVPairs[V]{Keys: keys, Vals: vals, Priority: o.priority}
+	if lens != nil {
+		kvs.Lens = *lens
+	}
+	if err := kvs.Check(true); err != nil {
+		return 0, err
+	}
+	if len(*outs) == 0 && len(kvs.Lens) == 0 {
+		*outs = make([]V, len(vals))
+	}
+	return w.send(true, true, o, kvs, &pullDest[V]{keys: keys, vals: outs, lens: lens})
+}
+
+// Wait blocks until request ts has finished and returns its error.
+func (w *KVWorker[V]) Wait(ts int) error { return w.cust.WaitRequest(ts) }
+
+// WaitContext is Wait that gives up when ctx is done.
+func (w *KVWorker[V]) WaitContext(ctx context.Context, ts int) error {
+	return w.cust.WaitRequestContext(ctx, ts)
+}
+
+type pullDest[V message.Value] struct {
+	keys []uint64
+	vals *[]V
+	lens *[]int32
+}
+
+func (w *KVWorker[V]) send(push, pull bool, o reqOptions, kvs KVPairs[V], dest *pullDest[V]) (int, error) {
+	w.mu.Lock()
+	slicer := w.slicer
+	w.mu.Unlock()
+	ranges := w.po.ServerKeyRanges()
+	parts, err := slicer(kvs, ranges)
+	if err != nil {
+		return 0, err
+	}
+	if len(parts) != len(ranges) {
+		return 0, fmt.Errorf("kv: slicer returned %d parts for %d servers", len(parts), len(ranges))
+	}
+	ts, err := w.cust.NewRequest(len(ranges))
+	if err != nil {
+		return 0, err
+	}
+	var cb func() error
+	switch {
+	case dest != nil:
+		cb = func() error {
+			err := w.assemble(ts, dest)
+			if o.cb != nil && err == nil {
+				o.cb()
+			}
+			return err
+		}
+	case o.cb != nil:
+		cb = func() error { o.cb(); return nil }
+	}
+	if cb != nil {
+		w.mu.Lock()
+		w.callbacks[ts] = cb
+		w.mu.Unlock()
+	}
+	skipped := 0
+	for _, p := range parts {
+		if len(p.Keys) == 0 {
+			skipped++
+		}
+	}
+	if skipped == len(parts) {
+		w.runCallback(ts)
+		w.cust.AddResponse(ts, skipped)
+		return ts, nil
+	}
+	w.cust.AddResponse(ts, skipped)
+	for i, p := range parts {
+		if len(p.Keys) == 0 {
+			continue
+		}
+		msg := message.New()
+		msg.Meta.AppID = int32(w.cust.AppID())
+		msg.Meta.CustomerID = int32(w.cust.CustomerID())
+		msg.Meta.Request = true
+		msg.Meta.Push = push
+		msg.Meta.Pull = pull
+		msg.Meta.Head = int32(o.cmd)
+		msg.Meta.Timestamp = int32(ts)
+		msg.Meta.Recver = int32(message.ServerRankToID(i))
+		msg.Meta.Priority = int32(kvs.Priority)
+		msg.AddData(message.Uint64, message.Frame(p.Keys))
+		msg.AddData(message.TypeOf[V](), message.Frame(p.Vals))
+		if len(p.Lens) > 0 {
+			msg.AddData(message.Int32, message.Frame(p.Lens))
+		}
+		if err := w.po.Send(msg); err != nil {
+			err = fmt.Errorf("kv: send to server %d: %w", i, err)
+			w.dropRequest(ts)
+			w.cust.Tracker().Fail(ts, err)
+			return ts, err
+		}
+	}
+	return ts, nil
+}
+
+func (w *KVWorker[V]) dropRequest(ts int) {
+	w.mu.Lock()
+	delete(w.callbacks, ts)
+	delete(w.pulls, ts)
+	w.mu.Unlock()
+}
+
+// runCallback runs and forgets ts's callback; a failing callback fails ts.
+func (w *KVWorker[V]) runCallback(ts int) {
+	w.mu.Lock()
+	cb := w.callbacks[ts]
+	delete(w.callbacks, ts)
+	w.mu.Unlock()
+	if cb == nil {
+		return
+	}
+	if err := cb(); err != nil {
+		w.log().Warn().Err(err).Int("timestamp", ts).Msg("request failed")
+		w.cust.Tracker().Fail(ts, err)
+	}
+}
+
+func (w *KVWorker[V]) process(msg *message.Message) {
+	if msg.Meta.SimpleApp {
+		w.SimpleApp.process(msg)
+		return
+	}
+	ts := int(msg.Meta.Timestamp)
+	if msg.Meta.Pull {
+		kvs, err := decodeKVs[V](msg, true)
+		if err == nil && len(kvs.Keys) == 0 {
+			err = fmt.Errorf("no keys")
+		}
+		if err != nil {
+			err = fmt.Errorf("kv: bad pull response from node %d: %w", msg.Meta.Sender, err)
+			w.log().Warn().Err(err).Msg("failing the request")
+			w.dropRequest(ts)
+			w.cust.Tracker().Fail(ts, err)
+			return
+		}
+		w.mu.Lock()
+		w.pulls[ts] = append(w.pulls[ts], kvs)
+		w.mu.Unlock()
+	}
+	got, expected, ok := w.cust.Tracker().NumResponse(ts)
+	if ok && got == expected-1 {
+		w.runCallback(ts)
+	}
+}
+
+func (w *KVWorker[V]) log() *zerolog.Logger { l := w.po.Logger(); return &l }
+
+// assemble copies the pulled parts of ts into dest, in key order.
+func (w *KVWorker[V]) assemble(ts int, dest *pullDest[V]) error {
+	w.mu.Lock()
+	parts := w.pulls[ts]
+	delete(w.pulls, ts)
+	w.mu.Unlock()
+	sort.Slice(parts, func(i, j int) bool { return parts[i].Keys[0] < parts[j].Keys[0] })
+	totalKeys, totalVals := 0, 0
+	for _, p := range parts {
+		if totalKeys+len(p.Keys) > len(dest.keys) || !slices.Equal(p.Keys, dest.keys[totalKeys:totalKeys+len(p.Keys)]) {
+			return fmt.Errorf("kv: pull responses do not match the requested keys")
+		}
+		totalKeys += len(p.Keys)
+		totalVals += len(p.Vals)
+	}
+	if totalKeys != len(dest.keys) {
+		return fmt.Errorf("kv: pull got %d of %d keys (lost a server?)", totalKeys, len(dest.keys))
+	}
+	vals := *dest.vals
+	if len(vals) == 0 {
+		vals = make([]V, totalVals)
+	} else if len(vals) != totalVals {
+		return fmt.Errorf("kv: pull got %d values but the destination holds %d", totalVals, len(vals))
+	}
+	var lens []int32
+	if dest.lens != nil {
+		lens = *dest.lens
+		if len(lens) == 0 {
+			lens = make([]int32, totalKeys)
+		} else if len(lens) != totalKeys {
+			return fmt.Errorf("kv: pull got %d lengths but the destination holds %d", totalKeys, len(lens))
+		}
+	}
+	vi, ki := 0, 0
+	for _, p := range parts {
+		copy(vals[vi:], p.Vals)
+		vi += len(p.Vals)
+		if lens != nil {
+			if len(p.Lens) > 0 {
+				copy(lens[ki:], p.Lens)
+			} else {
+				per := int32(len(p.Vals) / max(len(p.Keys), 1))
+				for j := range p.Keys {
+					lens[ki+j] = per
+				}
+			}
+		}
+		ki += len(p.Keys)
+	}
+	*dest.vals = vals
+	if dest.lens != nil {
+		*dest.lens = lens
+	}
+	return nil
+}
+
+// decodeKVs reads keys, values and optional lens from msg's data frames.
+func decodeKVs[V message.Value](msg *message.Message, withVals bool) (KVPairs[V], error) {
+	var kvs KVPairs[V]
+	kvs.Priority = int(msg.Meta.Priority)
+	n := len(msg.Data)
+	if n == 0 {
+		return kvs, nil
+	}
+	if n < 2 || n > 3 {
+		return kvs, fmt.Errorf("%d data frames (want keys, values and optional lens)", n)
+	}
+	var err error
+	if kvs.Keys, err = message.Values[uint64](msg.Data[0]); err != nil {
+		return kvs, fmt.Errorf("keys: %w", err)
+	}
+	if kvs.Vals, err = message.Values[V](msg.Data[1]); err != nil {
+		return kvs, fmt.Errorf("values: %w", err)
+	}
+	if n == 3 {
+		if kvs.Lens, err = message.Values[int32](msg.Data[2]); err != nil {
+			return kvs, fmt.Errorf("lens: %w", err)
+		}
+	}
+	return kvs, kvs.Check(withVals)
+}
