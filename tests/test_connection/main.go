@@ -1,0 +1,13 @@
+// Command test_connection starts a node, joins the job and leaves it: the
+// smallest ps-lite program.
+package main
+
+import (
+	"github.com/gopslite/pslite/ps"
+	"github.com/gopslite/pslite/tests/internal/prog"
+)
+
+func main() {
+	prog.Check(ps.Start(0), "start")
+	prog.Check(ps.Finalize(0, true), "finalize")
+}

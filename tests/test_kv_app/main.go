@@ -1,0 +1,29 @@
+// Command test_kv_app has each worker push 10,000 keys 50 times to servers
+// that add them up, pull them back, then push-pull 50 times, and checks the
+// sums exactly.
+package main
+
+import (
+	"github.com/gopslite/pslite/kv"
+	"github.com/gopslite/pslite/ps"
+	"github.com/gopslite/pslite/tests/internal/prog"
+)
+
+func main() {
+	prog.Check(ps.Start(0), "start")
+	if ps.IsServer() {
+		s, err := ps.NewKVServer[float32](0)
+		prog.Check(err, "server")
+		h := kv.NewDefaultHandle[float32]()
+		prog.Check(s.SetRequestHandle(h.Handle), "handle")
+		ps.RegisterExitCallback(s.Close)
+	}
+	if ps.IsWorker() {
+		w, err := ps.NewKVWorker[float32](0, 0)
+		prog.Check(err, "worker")
+		rank := ps.MyRank()
+		keys, vals := prog.Workload(10000, rank, uint64(rank+7))
+		prog.RunKVCheck(w, keys, vals, 50)
+	}
+	prog.Check(ps.Finalize(0, true), "finalize")
+}
