@@ -3,101 +3,105 @@ package postoffice_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
+	"github.com/gopslite/pslite/internal/testcluster"
 	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/postoffice"
-	"github.com/gopslite/pslite/van"
 )
 
-// cluster starts a scheduler, s servers and w workers in this process over
-// transports made by mk, and returns the nodes once all have started.
-func cluster(t *testing.T, s, w int, mk func() van.Transport, port int) []*postoffice.Postoffice {
-	t.Helper()
-	var nodes []*postoffice.Postoffice
-	add := func(role message.Role) {
-		cfg := postoffice.Config{Role: role, NumServers: s, NumWorkers: w, SchedulerHost: "127.0.0.1", SchedulerPort: port, Host: "127.0.0.1"}
-		var opts []postoffice.Option
-		if mk != nil {
-			opts = append(opts, postoffice.WithTransport(mk()))
-		}
-		opts = append(opts, postoffice.WithLogger(zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)))
-		p, err := postoffice.New(cfg, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodes = append(nodes, p)
-	}
-	add(message.RoleScheduler)
-	for i := 0; i < s; i++ {
-		add(message.RoleServer)
-	}
-	for i := 0; i < w; i++ {
-		add(message.RoleWorker)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	errs := make([]error, len(nodes))
-	var wg sync.WaitGroup
-	for i, p := range nodes {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = p.Start(ctx, 0, true) }()
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("node %d: start: %v", i, err)
-		}
-	}
-	return nodes
-}
-
-func finalize(t *testing.T, nodes []*postoffice.Postoffice) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	errs := make([]error, len(nodes))
-	for i, p := range nodes {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = p.Finalize(ctx, 0, true) }()
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("node %d: finalize: %v", i, err)
-		}
-	}
-}
-
-func TestClusterMemIDs(t *testing.T) {
-	net := van.NewMemNetwork()
-	nodes := cluster(t, 2, 3, net.Transport, 9000)
-	ids := map[int]bool{}
-	for _, p := range nodes {
-		id := p.MyID()
-		if ids[id] {
-			t.Fatalf("id %d assigned twice", id)
-		}
-		ids[id] = true
-	}
-	for _, id := range []int{1, 8, 10, 9, 11, 13} {
-		if !ids[id] {
-			t.Errorf("id %d not assigned; have %v", id, ids)
-		}
-	}
-	finalize(t, nodes)
-}
-
-func TestClusterZMQ(t *testing.T) {
-	for _, size := range [][2]int{{1, 1}, {2, 2}} {
-		t.Run(fmt.Sprintf("%dx%d", size[0], size[1]), func(t *testing.T) {
-			nodes := cluster(t, size[0], size[1], nil, freePort(t))
-			finalize(t, nodes)
+func TestClusterIDs(t *testing.T) {
+	for _, mem := range []bool{true, false} {
+		t.Run(fmt.Sprintf("mem=%t", mem), func(t *testing.T) {
+			c := testcluster.New(t, 2, 3, testcluster.Options{Mem: mem})
+			got := map[int]bool{}
+			for _, p := range c.All() {
+				id := p.MyID()
+				if got[id] {
+					t.Fatalf("id %d assigned twice", id)
+				}
+				got[id] = true
+			}
+			for _, id := range []int{1, 8, 10, 9, 11, 13} {
+				if !got[id] {
+					t.Errorf("id %d not assigned; have %v", id, got)
+				}
+			}
+			for i, p := range c.Workers {
+				if p.MyRank() < 0 || p.MyRank() >= 3 || !p.IsWorker() {
+					t.Errorf("worker %d: rank %d", i, p.MyRank())
+				}
+			}
+			c.Finalize(t)
 		})
+	}
+}
+
+func TestBarrierGroups(t *testing.T) {
+	c := testcluster.New(t, 2, 2, testcluster.Options{Mem: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Workers alone, then servers and scheduler, then everyone.
+	if err := testcluster.Each(c.Workers, func(p *postoffice.Postoffice) error {
+		return p.Barrier(ctx, 0, message.WorkerGroup)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := testcluster.Each(append(c.Servers, c.Scheduler), func(p *postoffice.Postoffice) error {
+		return p.Barrier(ctx, 0, message.ServerGroup+message.Scheduler)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Workers[0].Barrier(ctx, 0, message.ServerGroup); err == nil {
+		t.Error("a worker joined a server barrier")
+	}
+	c.Finalize(t)
+}
+
+func TestBarrierWaitsForAll(t *testing.T) {
+	c := testcluster.New(t, 1, 2, testcluster.Options{Mem: true})
+	done := make(chan error, 1)
+	go func() { done <- c.Workers[0].Barrier(context.Background(), 0, message.WorkerGroup) }()
+	select {
+	case err := <-done:
+		t.Fatalf("barrier returned before the other worker arrived: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if err := c.Workers[1].Barrier(context.Background(), 0, message.WorkerGroup); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	c.Finalize(t)
+}
+
+func TestStartTimeout(t *testing.T) {
+	// Two workers expected, only one starts: Start must give up.
+	c := testcluster.New(t, 1, 2, testcluster.Options{Mem: true, NoStart: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err := testcluster.Each([]*postoffice.Postoffice{c.Scheduler, c.Servers[0], c.Workers[0]},
+		func(p *postoffice.Postoffice) error { return p.Start(ctx, 0, true) })
+	if err == nil {
+		t.Fatal("start of an incomplete job succeeded")
+	}
+}
+
+func TestGetNodeIDs(t *testing.T) {
+	p, err := postoffice.New(postoffice.Config{Role: message.RoleWorker, NumServers: 2, NumWorkers: 3,
+		SchedulerHost: "127.0.0.1", SchedulerPort: 9, Host: "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Finalize(context.Background(), 0, false)
+	ids, _ := p.GetNodeIDs(message.AllGroup)
+	want := []int{9, 11, 13, 8, 10, 1}
+	if fmt.Sprint(ids) != fmt.Sprint(want) {
+		t.Errorf("group 7 = %v, want %v", ids, want)
+	}
+	if _, err := p.GetNodeIDs(15); err == nil {
+		t.Error("id 15 (worker rank 3 of 3) accepted")
 	}
 }

@@ -11,7 +11,8 @@ import (
 // as a real network would.
 type MemNetwork struct {
 	mu     sync.Mutex
-	inbox  map[string]chan memMsg // by "host:port"
+	inbox  map[string]chan memMsg // by "host:port", created by a bind or a first send
+	bound  map[string]bool
 	nextID int
 }
 
@@ -21,7 +22,20 @@ type memMsg struct {
 }
 
 // NewMemNetwork returns an empty network.
-func NewMemNetwork() *MemNetwork { return &MemNetwork{inbox: make(map[string]chan memMsg)} }
+func NewMemNetwork() *MemNetwork {
+	return &MemNetwork{inbox: make(map[string]chan memMsg), bound: make(map[string]bool)}
+}
+
+// inboxLocked returns addr's inbox, creating it so that messages sent before
+// the receiver binds wait for it, as they do with ZeroMQ.
+func (n *MemNetwork) inboxLocked(addr string) chan memMsg {
+	ch, ok := n.inbox[addr]
+	if !ok {
+		ch = make(chan memMsg, 4096)
+		n.inbox[addr] = ch
+	}
+	return ch
+}
 
 // Transport returns a new transport attached to the network.
 func (n *MemNetwork) Transport() Transport {
@@ -52,12 +66,12 @@ func (t *memTransport) Bind(host string, port, maxRetry int) (int, error) {
 			port = 10000 + t.net.nextID
 		}
 		addr := fmt.Sprintf("%s:%d", host, port)
-		if _, busy := t.net.inbox[addr]; busy {
+		if t.net.bound[addr] {
 			continue
 		}
 		t.addr = addr
-		t.inbox = make(chan memMsg, 4096)
-		t.net.inbox[addr] = t.inbox
+		t.inbox = t.net.inboxLocked(addr)
+		t.net.bound[addr] = true
 		return port, nil
 	}
 	return 0, fmt.Errorf("van: bind %s:%d: address in use", host, port)
@@ -97,11 +111,8 @@ func (t *memTransport) Send(id int, frames [][]byte) (int, error) {
 		return 0, fmt.Errorf("%w %d", ErrNoPeer, id)
 	}
 	t.net.mu.Lock()
-	inbox, ok := t.net.inbox[p.addr]
+	inbox := t.net.inboxLocked(p.addr)
 	t.net.mu.Unlock()
-	if !ok {
-		return 0, nil // like ZeroMQ: a message to nobody is queued and lost
-	}
 	cp := make([][]byte, len(frames))
 	total := 0
 	for i, f := range frames {
@@ -137,6 +148,7 @@ func (t *memTransport) Close() error {
 	t.net.mu.Lock()
 	if t.addr != "" {
 		delete(t.net.inbox, t.addr)
+		delete(t.net.bound, t.addr)
 	}
 	t.net.mu.Unlock()
 	return nil

@@ -1,0 +1,47 @@
+# Build, test and run the Go ps-lite.
+#   make deps    install the system packages the build needs (libzmq, pkg-config, protoc)
+#   make build   all programs into build/
+#   make test    vet, unit tests with -race, cluster tests through scripts/local.sh
+#   make demo    a 2-server, 2-worker job
+#   make proto   regenerate message/pb/meta.pb.go; make proto-check fails on drift
+#   make bench   the benchmarks
+GO        ?= go
+BUILD     ?= build
+PROTOC_GEN_GO_VERSION := v1.36.12
+GOBIN     := $(shell $(GO) env GOPATH)/bin
+
+.PHONY: all deps build test unit cluster-test demo proto proto-check bench fmt vet clean
+
+all: build
+
+deps:
+	@bash scripts/install_deps.sh
+
+build:
+	@mkdir -p $(BUILD)
+	$(GO) build -o $(BUILD)/ ./tests/...
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+
+test: vet build
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+demo: build
+	scripts/local.sh 2 2 $(BUILD)/test_kv_app
+
+proto:
+	@test -x $(GOBIN)/protoc-gen-go || $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	cd message/pb && PATH="$(GOBIN):$$PATH" protoc --go_out=. --go_opt=paths=source_relative meta.proto
+
+proto-check:
+	$(GO) test -count=1 -run Drift ./message/pb/
+
+bench: build
+	$(GO) test -run XXX -bench . -benchmem ./message/ ./customer/ ./kv/
+	scripts/local.sh 1 1 $(BUILD)/test_kv_app_benchmark
+	scripts/local.sh 2 2 $(BUILD)/test_kv_app_benchmark
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,481 @@
+package kv_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gopslite/pslite/internal/testcluster"
+	"github.com/gopslite/pslite/kv"
+	"github.com/gopslite/pslite/message"
+	"github.com/gopslite/pslite/postoffice"
+)
+
+// startServers puts a KVServer with a default handle on every server.
+func startServers[V message.Value](t *testing.T, c *testcluster.Cluster) []*kv.DefaultHandle[V] {
+	t.Helper()
+	var hs []*kv.DefaultHandle[V]
+	for _, p := range c.Servers {
+		s, err := kv.NewKVServer[V](p, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := kv.NewDefaultHandle[V]()
+		if err := s.SetRequestHandle(h.Handle); err != nil {
+			t.Fatal(err)
+		}
+		hs = append(hs, h)
+	}
+	return hs
+}
+
+func spreadKeys(n int, offset uint64) []uint64 {
+	keys := make([]uint64, n)
+	for i := range keys {
+		keys[i] = message.MaxKey/uint64(n)*uint64(i) + offset
+	}
+	return keys
+}
+
+func pushPullExact[V message.Value](t *testing.T, mem bool) {
+	c := testcluster.New(t, 2, 2, testcluster.Options{Mem: mem})
+	startServers[V](t, c)
+	var wg sync.WaitGroup
+	for r, p := range c.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w, err := kv.NewKVWorker[V](p, 0, 0)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			keys := spreadKeys(1000, uint64(r))
+			vals := make([]V, len(keys))
+			for i := range vals {
+				vals[i] = V(i % 100)
+			}
+			const repeat = 5
+			for i := 0; i < repeat; i++ {
+				ts, err := w.Push(keys, vals, nil)
+				if err == nil {
+					err = w.Wait(ts)
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+			var got []V
+			ts, err := w.Pull(keys, &got, nil)
+			if err == nil {
+				err = w.Wait(ts)
+			}
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for i := range keys {
+				if got[i] != vals[i]*repeat {
+					t.Errorf("worker %d key %d: got %v want %v", r, i, got[i], vals[i]*repeat)
+					return
+				}
+			}
+			var outs []V
+			ts, err = w.PushPull(keys, vals, &outs, nil)
+			if err == nil {
+				err = w.Wait(ts)
+			}
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for i := range keys {
+				if outs[i] != vals[i]*(repeat+1) {
+					t.Errorf("pushpull key %d: got %v want %v", i, outs[i], vals[i]*(repeat+1))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	c.Finalize(t)
+}
+
+func TestPushPullTypes(t *testing.T) {
+	for _, mem := range []bool{true, false} {
+		t.Run(fmt.Sprintf("float32/mem=%t", mem), func(t *testing.T) { pushPullExact[float32](t, mem) })
+	}
+	t.Run("float64", func(t *testing.T) { pushPullExact[float64](t, true) })
+	t.Run("int32", func(t *testing.T) { pushPullExact[int32](t, true) })
+	t.Run("int64", func(t *testing.T) { pushPullExact[int64](t, true) })
+	t.Run("uint8", func(t *testing.T) { pushPullExact[uint8](t, true) })
+}
+
+func TestLensAndCallbacks(t *testing.T) {
+	c := testcluster.New(t, 3, 1, testcluster.Options{Mem: true})
+	startServers[float64](t, c)
+	w, err := kv.NewKVWorker[float64](c.Workers[0], 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := spreadKeys(30, 5)
+	lens := make([]int32, len(keys))
+	var vals []float64
+	for i := range keys {
+		lens[i] = int32(i % 4) // includes zero-length keys
+		for j := 0; j < int(lens[i]); j++ {
+			vals = append(vals, float64(i*10+j))
+		}
+	}
+	var ran atomic.Bool
+	ts, err := w.Push(keys, vals, lens, kv.WithCallback(func() { ran.Store(true) }), kv.WithCmd(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Wait(ts); err != nil {
+		t.Fatal(err)
+	}
+	if !ran.Load() {
+		t.Error("callback had not run when Wait returned")
+	}
+	var got []float64
+	var gotLens []int32
+	ts, err = w.Pull(keys, &got, &gotLens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Wait(ts); err != nil {
+		t.Fatal(err)
+	}
+	// A key pushed with no values reads back as one zero.
+	var want []float64
+	var wantLens []int32
+	for i := range keys {
+		if lens[i] == 0 {
+			want = append(want, 0)
+			wantLens = append(wantLens, 1)
+			continue
+		}
+		want = append(want, vals[sumLens(lens[:i]):sumLens(lens[:i+1])]...)
+		wantLens = append(wantLens, lens[i])
+	}
+	if !slices.Equal(got, want) || !slices.Equal(gotLens, wantLens) {
+		t.Errorf("pull with lens:\n got %v %v\nwant %v %v", got, gotLens, want, wantLens)
+	}
+	c.Finalize(t)
+}
+
+func sumLens(l []int32) int {
+	s := 0
+	for _, x := range l {
+		s += int(x)
+	}
+	return s
+}
+
+func TestBadArguments(t *testing.T) {
+	c := testcluster.New(t, 2, 1, testcluster.Options{Mem: true})
+	startServers[float32](t, c)
+	w, err := kv.NewKVWorker[float32](c.Workers[0], 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Push([]uint64{5, 3}, []float32{1, 2}, nil); !errors.Is(err, kv.ErrUnsortedKeys) {
+		t.Errorf("unsorted keys: %v", err)
+	}
+	if _, err := w.Push([]uint64{1, 2}, []float32{1, 2, 3}, nil); err == nil {
+		t.Error("3 values for 2 keys accepted")
+	}
+	if _, err := w.Push([]uint64{1, 2}, []float32{1, 2, 3}, []int32{1, 1}); err == nil {
+		t.Error("lens summing to 2 with 3 values accepted")
+	}
+	if _, err := w.Pull([]uint64{1}, nil, nil); err == nil {
+		t.Error("nil destination accepted")
+	}
+	if err := w.SetSlicer(nil); err == nil {
+		t.Error("nil slicer accepted")
+	}
+	// Pulling into a destination of the wrong size fails the request.
+	dst := make([]float32, 5)
+	ts, err := w.Pull([]uint64{1, 2}, &dst, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Wait(ts); err == nil {
+		t.Error("pull into a 5-value slice for 2 keys succeeded")
+	}
+	// Empty requests finish at once.
+	ts, err = w.Push(nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Wait(ts); err != nil {
+		t.Fatal(err)
+	}
+	c.Finalize(t)
+}
+
+func TestUserSlicerAndCmd(t *testing.T) {
+	c := testcluster.New(t, 2, 1, testcluster.Options{Mem: true})
+	var cmds sync.Map
+	for i, p := range c.Servers {
+		s, err := kv.NewKVServer[int64](p, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.SetRequestHandle(func(meta kv.KVMeta, data kv.KVPairs[int64], s *kv.KVServer[int64]) {
+			cmds.Store(i, meta.Cmd)
+			res := kv.KVPairs[int64]{}
+			if meta.Pull {
+				res.Keys = data.Keys
+				for range data.Keys {
+					res.Vals = append(res.Vals, int64(i))
+				}
+			}
+			s.Response(meta, res)
+		})
+	}
+	w, _ := kv.NewKVWorker[int64](c.Workers[0], 0, 0)
+	// Send everything to server 1.
+	w.SetSlicer(func(kvs kv.KVPairs[int64], ranges []postoffice.Range) ([]kv.KVPairs[int64], error) {
+		parts := make([]kv.KVPairs[int64], len(ranges))
+		parts[1] = kvs
+		return parts, nil
+	})
+	var got []int64
+	ts, err := w.Pull([]uint64{1, 2, 3}, &got, nil, kv.WithCmd(42))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Wait(ts); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, []int64{1, 1, 1}) {
+		t.Errorf("got %v, want all from server 1", got)
+	}
+	if v, _ := cmds.Load(1); v != 42 {
+		t.Errorf("server 1 saw cmd %v", v)
+	}
+	if _, ok := cmds.Load(0); ok {
+		t.Error("server 0 got a request")
+	}
+	c.Finalize(t)
+}
+
+func TestSimpleAppOnKVServer(t *testing.T) {
+	c := testcluster.New(t, 2, 1, testcluster.Options{Mem: true})
+	var got sync.Map
+	for i, p := range c.Servers {
+		s, err := kv.NewKVServer[float32](p, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.SetSimpleRequestHandle(func(d kv.SimpleData, app *kv.SimpleApp) {
+			got.Store(i, d.Body)
+			app.Response(d, "ack")
+		})
+	}
+	w, _ := kv.NewKVWorker[float32](c.Workers[0], 0, 0)
+	var bodies []string
+	var mu sync.Mutex
+	w.SetResponseHandle(func(d kv.SimpleData, _ *kv.SimpleApp) {
+		mu.Lock()
+		bodies = append(bodies, d.Body)
+		mu.Unlock()
+	})
+	ts, err := w.Request(7, "sync mode", message.ServerGroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Wait(ts); err != nil {
+		t.Fatal(err)
+	}
+	for i := range c.Servers {
+		if b, _ := got.Load(i); b != "sync mode" {
+			t.Errorf("server %d got %v", i, b)
+		}
+	}
+	if len(bodies) != 2 || bodies[0] != "ack" {
+		t.Errorf("responses %v", bodies)
+	}
+	c.Finalize(t)
+}
+
+func TestMultipleCustomersInOneProcess(t *testing.T) {
+	// One worker process hosting two customers (ids 0 and 1) counts as two
+	// workers, as in test_kv_app_multi_workers.
+	c := testcluster.New(t, 2, 2, testcluster.Options{Mem: true, NoStart: true})
+	nodes := append([]*postoffice.Postoffice{c.Scheduler}, c.Servers...)
+	proc := c.Workers[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for _, p := range nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs <- p.Start(ctx, 0, true) }()
+	}
+	startServers[float32](t, c)
+	for cid := 0; cid < 2; cid++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := proc.Start(ctx, cid, true); err != nil {
+				errs <- err
+				return
+			}
+			w, err := kv.NewKVWorker[float32](proc, 0, cid)
+			if err != nil {
+				errs <- err
+				return
+			}
+			keys := spreadKeys(100, uint64(cid))
+			vals := make([]float32, len(keys))
+			for i := range vals {
+				vals[i] = float32(i + cid)
+			}
+			ts, _ := w.Push(keys, vals, nil)
+			w.Wait(ts)
+			var got []float32
+			ts, _ = w.Pull(keys, &got, nil)
+			if err := w.Wait(ts); err != nil || !slices.Equal(got, vals) {
+				errs <- fmt.Errorf("customer %d: %v %v", cid, err, got[:3])
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	all := append(nodes, proc)
+	if err := testcluster.Each(all, func(p *postoffice.Postoffice) error {
+		if p == proc {
+			var e1 error
+			done := make(chan struct{})
+			go func() { e1 = p.Finalize(ctx, 1, true); close(done) }()
+			e0 := p.Finalize(ctx, 0, true)
+			<-done
+			return errors.Join(e0, e1)
+		}
+		return p.Finalize(ctx, 0, true)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPriorityOrder(t *testing.T) {
+	c := testcluster.New(t, 1, 1, testcluster.Options{Mem: true})
+	block := make(chan struct{})
+	var order []int
+	var mu sync.Mutex
+	s, _ := kv.NewKVServer[float32](c.Servers[0], 0)
+	first := true
+	s.SetRequestHandle(func(meta kv.KVMeta, data kv.KVPairs[float32], s *kv.KVServer[float32]) {
+		if first {
+			first = false
+			<-block // hold the queue so the rest pile up
+		}
+		mu.Lock()
+		order = append(order, meta.Cmd)
+		mu.Unlock()
+		s.Response(meta, kv.KVPairs[float32]{})
+	})
+	w, _ := kv.NewKVWorker[float32](c.Workers[0], 0, 0)
+	var tss []int
+	ts, _ := w.Push([]uint64{1}, []float32{1}, nil, kv.WithCmd(0))
+	tss = append(tss, ts)
+	time.Sleep(50 * time.Millisecond) // let the first request reach the handle
+	for i, p := range []int{1, 5, 3} {
+		ts, _ := w.Push([]uint64{1}, []float32{1}, nil, kv.WithCmd(i+1), kv.WithPriority(p))
+		tss = append(tss, ts)
+	}
+	time.Sleep(100 * time.Millisecond) // let them queue behind the blocked one
+	close(block)
+	for _, ts := range tss {
+		w.Wait(ts)
+	}
+	if !slices.Equal(order, []int{0, 2, 3, 1}) {
+		t.Errorf("handled in order %v, want [0 2 3 1] (priority 5, 3, 1)", order)
+	}
+	c.Finalize(t)
+}
+
+func TestConcurrentRandomPushes(t *testing.T) {
+	c := testcluster.New(t, 3, 2, testcluster.Options{})
+	hs := startServers[int64](t, c)
+	const perWorker = 200
+	var wg sync.WaitGroup
+	for r, p := range c.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w, _ := kv.NewKVWorker[int64](p, 0, 0)
+			rng := rand.New(rand.NewPCG(uint64(r), 1))
+			var tss []int
+			for i := 0; i < perWorker; i++ {
+				n := 1 + rng.IntN(20)
+				set := map[uint64]bool{}
+				for len(set) < n {
+					set[rng.Uint64()%64*(message.MaxKey/64)] = true
+				}
+				keys := make([]uint64, 0, n)
+				for k := range set {
+					keys = append(keys, k)
+				}
+				slices.Sort(keys)
+				vals := make([]int64, n)
+				for i := range vals {
+					vals[i] = 1
+				}
+				ts, err := w.Push(keys, vals, nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				tss = append(tss, ts)
+			}
+			for _, ts := range tss {
+				if err := w.Wait(ts); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// Every push added 1 per key; the total over all servers is the number
+	// of (request, key) pairs, which we recompute.
+	var want int64
+	for r := range c.Workers {
+		rng := rand.New(rand.NewPCG(uint64(r), 1))
+		for i := 0; i < perWorker; i++ {
+			n := 1 + rng.IntN(20)
+			set := map[uint64]bool{}
+			for len(set) < n {
+				set[rng.Uint64()%64*(message.MaxKey/64)] = true
+			}
+			want += int64(n)
+		}
+	}
+	var got int64
+	for _, h := range hs {
+		for k := uint64(0); k < 64; k++ {
+			if v := h.Get(k * (message.MaxKey / 64)); len(v) == 1 {
+				got += v[0]
+			}
+		}
+	}
+	if got != want {
+		t.Errorf("servers hold a total of %d, want %d", got, want)
+	}
+	c.Finalize(t)
+}
