@@ -37,6 +37,8 @@ type Options struct {
 	Tweak func(*postoffice.Config)
 	// NoStart creates the nodes without starting them.
 	NoStart bool
+	// Quiet logs only errors (for tests that provoke warnings on purpose).
+	Quiet bool
 }
 
 // New creates a job of s servers and w workers and starts every node with
@@ -58,7 +60,11 @@ func New(t testing.TB, s, w int, o Options) *Cluster {
 		if o.Tweak != nil {
 			o.Tweak(&cfg)
 		}
-		opts := []postoffice.Option{postoffice.WithLogger(zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))}
+		level := zerolog.WarnLevel
+		if o.Quiet {
+			level = zerolog.ErrorLevel
+		}
+		opts := []postoffice.Option{postoffice.WithLogger(zerolog.New(zerolog.NewTestWriter(t)).Level(level))}
 		if network != nil {
 			opts = append(opts, postoffice.WithTransport(network.Transport()))
 		}
