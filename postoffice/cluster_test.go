@@ -105,3 +105,23 @@ func TestGetNodeIDs(t *testing.T) {
 		t.Error("id 15 (worker rank 3 of 3) accepted")
 	}
 }
+
+func TestUnreachableSchedulerFailsAndFinalizes(t *testing.T) {
+	cfg := postoffice.Config{Role: message.RoleWorker, NumServers: 1, NumWorkers: 1,
+		SchedulerHost: "127.0.0.1", SchedulerPort: testcluster.FreePort(t), Host: "127.0.0.1",
+		StartTimeout: 300 * time.Millisecond}
+	p, err := postoffice.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := p.Start(context.Background(), 0, true); err == nil {
+		t.Fatal("start without a scheduler succeeded")
+	}
+	if err := p.Finalize(context.Background(), 0, true); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("start and finalize took %v", d)
+	}
+}

@@ -1,0 +1,5 @@
+package van
+
+import "github.com/rs/zerolog"
+
+var nopLogger = zerolog.Nop()
