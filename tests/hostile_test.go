@@ -38,7 +38,7 @@ func garbage(rng *rand.Rand, valid []byte) [][][]byte {
 		[][]byte{rnd(1)},
 		[][]byte{rnd(100)},
 		[][]byte{valid[:len(valid)/2]},
-		[][]byte{valid, rnd(7)},                // data frames without data types
+		[][]byte{valid, rnd(7)}, // data frames without data types
 		[][]byte{enc(message.Meta{Control: message.Control{Cmd: message.CmdTerminate}}), {}},
 		[][]byte{enc(message.Meta{Control: message.Control{Cmd: 77}})},
 		[][]byte{enc(message.Meta{Control: message.Control{Cmd: message.CmdBarrier, BarrierGroup: 99}, Request: true})},

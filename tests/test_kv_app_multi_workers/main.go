@@ -1,10 +1,13 @@
-// Command test_kv_app_multi_workers is test_kv_app with two workers in one
-// process (customers 0 and 1), launched by scripts/local_multi_workers.sh,
-// which passes the role as the last argument.
+// Command test_kv_app_multi_workers is test_kv_app with several workers in
+// one process. scripts/local_multi_workers.sh passes the role as the last
+// argument and starts a single worker process, which then hosts all
+// DMLC_NUM_WORKER workers as customers 0, 1, ...; launched by
+// scripts/local.sh (no role argument), each worker process hosts one.
 package main
 
 import (
 	"os"
+	"strconv"
 	"sync"
 
 	"github.com/gopslite/pslite/kv"
@@ -22,10 +25,21 @@ func runWorker(cid int) {
 }
 
 func main() {
-	if len(os.Args) < 2 {
-		prog.Failf("usage: %s [args...] scheduler|server|worker", os.Args[0])
+	role := os.Getenv("DMLC_ROLE")
+	customers := 1
+	if n := len(os.Args); n > 1 {
+		switch arg := os.Args[n-1]; arg {
+		case "scheduler", "server", "worker":
+			role = arg
+			os.Setenv("DMLC_ROLE", role)
+			if role == "worker" {
+				num, err := strconv.Atoi(os.Getenv("DMLC_NUM_WORKER"))
+				prog.Check(err, "DMLC_NUM_WORKER")
+				customers = num
+			}
+		}
 	}
-	if os.Args[len(os.Args)-1] != "worker" {
+	if role != "worker" {
 		prog.Check(ps.Start(0), "start")
 		if ps.IsServer() {
 			s, err := ps.NewKVServer[float32](0)
@@ -38,7 +52,7 @@ func main() {
 		return
 	}
 	var wg sync.WaitGroup
-	for cid := 1; cid >= 0; cid-- {
+	for cid := customers - 1; cid >= 0; cid-- {
 		wg.Add(1)
 		go func() { defer wg.Done(); runWorker(cid) }()
 	}
