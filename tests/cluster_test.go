@@ -103,7 +103,7 @@ func TestMultiWorkersInOneProcess(t *testing.T) {
 }
 
 func TestRepeat(t *testing.T) {
-	out := launch(t, nil, "repeat.sh", "2", "scripts/local.sh", "2", "2", bin("test_kv_app"))
+	out := launch(t, nil, "repeat.sh", "2", filepath.Join("..", "scripts", "local.sh"), "2", "2", bin("test_kv_app"))
 	if n := strings.Count(out, "error: 0, 0"); n != 4 {
 		t.Errorf("%d of 4 worker runs reported exact results:\n%s", n, out)
 	}
@@ -116,14 +116,17 @@ func TestLocalIPC(t *testing.T) {
 	}
 }
 
-// A node that fails makes local.sh fail (upstream's always exits 0).
+// Nodes that fail make local.sh fail (upstream's always exits 0), quickly.
 func TestLocalShReportsFailure(t *testing.T) {
-	_, err := run([]string{"DMLC_NUM_SERVER=abc"}, "local.sh", "1", "1", bin("test_connection"))
-	if err != nil {
-		return
+	start := time.Now()
+	out, err := run([]string{"DMLC_PS_VAN_TYPE=ibverbs"}, "local.sh", "1", "1", bin("test_connection"))
+	if err == nil {
+		t.Errorf("local.sh exited 0 although every node failed:\n%s", out)
 	}
-	// local.sh sets DMLC_NUM_SERVER itself; break the job another way.
-	if _, err := run([]string{"DMLC_PS_VAN_TYPE=ibverbs"}, "local.sh", "1", "1", bin("test_connection")); err == nil {
-		t.Error("local.sh exited 0 although every node failed to configure")
+	if !strings.Contains(out, "DMLC_PS_VAN_TYPE") {
+		t.Errorf("the nodes' error does not name the bad variable:\n%s", out)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("failing job took %v", d)
 	}
 }
