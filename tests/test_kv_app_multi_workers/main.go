@@ -15,11 +15,13 @@ import (
 	"github.com/gopslite/pslite/tests/internal/prog"
 )
 
-func runWorker(cid int) {
+// runWorker runs customer cid of a process hosting customers workers; each
+// worker of the job gets its own key offset.
+func runWorker(cid, customers int) {
 	prog.Check(ps.Start(cid), "start")
 	w, err := ps.NewKVWorker[float32](0, cid)
 	prog.Check(err, "worker")
-	keys, vals := prog.Workload(10000, cid, uint64(ps.MyRank()+7))
+	keys, vals := prog.Workload(10000, ps.MyRank()*customers+cid, uint64(ps.MyRank()+7))
 	prog.RunKVCheck(w, keys, vals, 50)
 	prog.Check(ps.Finalize(cid, true), "finalize")
 }
@@ -54,7 +56,7 @@ func main() {
 	var wg sync.WaitGroup
 	for cid := customers - 1; cid >= 0; cid-- {
 		wg.Add(1)
-		go func() { defer wg.Done(); runWorker(cid) }()
+		go func() { defer wg.Done(); runWorker(cid, customers) }()
 	}
 	wg.Wait()
 }
