@@ -1,0 +1,132 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gopslite/pslite/internal/testcluster"
+)
+
+// cppDir returns the directory of C++ ps-lite's test programs, built by the
+// developer (this project does not build upstream code), from
+// PSLITE_CPP_BUILD. Tests that mix Go and C++ nodes need it.
+func cppDir(t *testing.T) string {
+	dir := os.Getenv("PSLITE_CPP_BUILD")
+	if dir == "" {
+		t.Skip("set PSLITE_CPP_BUILD to a directory of C++ ps-lite test programs to run mixed Go/C++ jobs")
+	}
+	return dir
+}
+
+// mixedJob runs one scheduler, len(servers) servers and len(workers) worker
+// processes, each from the binary given, with args appended per role when
+// roleArg is set; it fails the test unless every process exits 0 and
+// returns the combined output.
+func mixedJob(t *testing.T, sched string, servers, workers []string, numWorkers int, roleArg bool) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	env := append(os.Environ(),
+		fmt.Sprintf("DMLC_NUM_SERVER=%d", len(servers)),
+		fmt.Sprintf("DMLC_NUM_WORKER=%d", numWorkers),
+		"DMLC_PS_ROOT_URI=127.0.0.1",
+		fmt.Sprintf("DMLC_PS_ROOT_PORT=%d", testcluster.FreePort(t)),
+		"DMLC_NODE_HOST=127.0.0.1")
+	var out bytes.Buffer
+	var mu sync.Mutex
+	type proc struct {
+		name string
+		cmd  *exec.Cmd
+	}
+	var procs []proc
+	start := func(name, role, bin string) {
+		var args []string
+		if roleArg {
+			args = append(args, role)
+		}
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = append(env, "DMLC_ROLE="+role)
+		w := &lockedWriter{mu: &mu, w: &out}
+		cmd.Stdout, cmd.Stderr = w, w
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		procs = append(procs, proc{name, cmd})
+	}
+	start("scheduler "+filepath.Base(filepath.Dir(sched)), "scheduler", sched)
+	for i, b := range servers {
+		start(fmt.Sprintf("server %d (%s)", i, b), "server", b)
+	}
+	for i, b := range workers {
+		start(fmt.Sprintf("worker %d (%s)", i, b), "worker", b)
+	}
+	var failed []string
+	for _, p := range procs {
+		if err := p.cmd.Wait(); err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v", p.name, err))
+		}
+	}
+	if len(failed) > 0 {
+		t.Fatalf("%s\n%s", strings.Join(failed, "\n"), out.String())
+	}
+	return out.String()
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func TestInteropWithCpp(t *testing.T) {
+	cpp := cppDir(t)
+	g := func(name string) string { return bin(name) }
+	c := func(name string) string { return filepath.Join(cpp, name) }
+	kvOK := func(t *testing.T, out string, n int) {
+		if got := strings.Count(out, "error: 0, 0"); got != n {
+			t.Errorf("%d of %d workers reported exact results:\n%s", got, n, out)
+		}
+	}
+	t.Run("go scheduler and servers, C++ workers", func(t *testing.T) {
+		kvOK(t, mixedJob(t, g("test_kv_app"), []string{g("test_kv_app"), g("test_kv_app")},
+			[]string{c("test_kv_app"), c("test_kv_app")}, 2, false), 2)
+	})
+	t.Run("C++ scheduler and servers, go workers", func(t *testing.T) {
+		kvOK(t, mixedJob(t, c("test_kv_app"), []string{c("test_kv_app"), c("test_kv_app")},
+			[]string{g("test_kv_app"), g("test_kv_app")}, 2, false), 2)
+	})
+	t.Run("mixed servers and workers", func(t *testing.T) {
+		kvOK(t, mixedJob(t, g("test_kv_app"), []string{c("test_kv_app"), g("test_kv_app")},
+			[]string{g("test_kv_app"), c("test_kv_app")}, 2, false), 2)
+	})
+	t.Run("simple app, C++ scheduler", func(t *testing.T) {
+		out := mixedJob(t, c("test_simple_app"), []string{g("test_simple_app")},
+			[]string{g("test_simple_app"), c("test_simple_app")}, 2, false)
+		if n := strings.Count(out, "handled 100 requests"); n != 2 {
+			t.Errorf("%d Go nodes handled all requests:\n%s", n, out)
+		}
+	})
+	t.Run("C++ multi-worker process, go scheduler and servers", func(t *testing.T) {
+		kvOK(t, mixedJob(t, g("test_kv_app_multi_workers"),
+			[]string{g("test_kv_app_multi_workers"), g("test_kv_app_multi_workers")},
+			[]string{c("test_kv_app_multi_workers")}, 2, true), 2)
+	})
+	t.Run("go multi-worker process, C++ scheduler and servers", func(t *testing.T) {
+		kvOK(t, mixedJob(t, c("test_kv_app_multi_workers"),
+			[]string{c("test_kv_app_multi_workers"), c("test_kv_app_multi_workers")},
+			[]string{g("test_kv_app_multi_workers")}, 2, true), 2)
+	})
+}
