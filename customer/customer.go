@@ -24,11 +24,22 @@ type Customer struct {
 	log        zerolog.Logger
 	done       chan struct{} // closed when the receive goroutine exits
 	stopOnce   sync.Once
+	resume     chan struct{} // closed when a paused customer may start handling
+	resumeOnce sync.Once
+}
+
+// Option configures a Customer.
+type Option func(*Customer)
+
+// StartPaused makes the customer queue messages without handling them until
+// Resume is called, e.g. until the application has installed its handlers.
+func StartPaused() Option {
+	return func(c *Customer) { c.resume = make(chan struct{}) }
 }
 
 // New starts a customer whose receive goroutine passes every accepted message
 // to handle and then, for responses, counts it against its request.
-func New(appID, customerID int, handle Handler, log zerolog.Logger) *Customer {
+func New(appID, customerID int, handle Handler, log zerolog.Logger, opts ...Option) *Customer {
 	c := &Customer{
 		appID:      appID,
 		customerID: customerID,
@@ -38,9 +49,20 @@ func New(appID, customerID int, handle Handler, log zerolog.Logger) *Customer {
 		log:        log.With().Int("app", appID).Int("customer", customerID).Logger(),
 		done:       make(chan struct{}),
 	}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.resume == nil {
+		c.resume = make(chan struct{})
+		close(c.resume)
+		c.resumeOnce.Do(func() {})
+	}
 	go c.receive()
 	return c
 }
+
+// Resume starts handling messages on a customer created with StartPaused.
+func (c *Customer) Resume() { c.resumeOnce.Do(func() { close(c.resume) }) }
 
 // AppID returns the application id.
 func (c *Customer) AppID() int { return c.appID }
@@ -82,11 +104,13 @@ func (c *Customer) Accept(msg *message.Message) bool { return c.queue.Push(msg) 
 // been handled, and waits for it.
 func (c *Customer) Stop() {
 	c.stopOnce.Do(c.queue.Close)
+	c.Resume()
 	<-c.done
 }
 
 func (c *Customer) receive() {
 	defer close(c.done)
+	<-c.resume
 	for {
 		msg, ok := c.queue.Pop()
 		if !ok {

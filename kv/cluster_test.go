@@ -281,6 +281,7 @@ func TestSimpleAppOnKVServer(t *testing.T) {
 			got.Store(i, d.Body)
 			app.Response(d, "ack")
 		})
+		s.SetRequestHandle(kv.NewDefaultHandle[float32]().Handle)
 	}
 	w, _ := kv.NewKVWorker[float32](c.Workers[0], 0, 0)
 	var bodies []string
@@ -476,6 +477,35 @@ func TestConcurrentRandomPushes(t *testing.T) {
 	}
 	if got != want {
 		t.Errorf("servers hold a total of %d, want %d", got, want)
+	}
+	c.Finalize(t)
+}
+
+// Requests that reach a server before its handle is set wait for the handle
+// instead of being answered with nothing.
+func TestRequestBeforeHandle(t *testing.T) {
+	c := testcluster.New(t, 1, 1, testcluster.Options{Mem: true})
+	s, err := kv.NewKVServer[float32](c.Servers[0], 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, _ := kv.NewKVWorker[float32](c.Workers[0], 0, 0)
+	ts, err := w.Push([]uint64{7}, []float32{2.5}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := w.WaitContext(ctx, ts); err == nil {
+		t.Fatal("push answered before the server had a handle")
+	}
+	h := kv.NewDefaultHandle[float32]()
+	s.SetRequestHandle(h.Handle)
+	if err := w.Wait(ts); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.Get(7); len(got) != 1 || got[0] != 2.5 {
+		t.Errorf("stored %v", got)
 	}
 	c.Finalize(t)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/gopslite/pslite/customer"
 	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/postoffice"
 )
@@ -33,13 +34,15 @@ type KVServer[V message.Value] struct {
 }
 
 // NewKVServer registers a server as customer (appID, appID), the way C++
-// ps-lite routes requests to servers.
+// ps-lite routes requests to servers. Requests that arrive before
+// SetRequestHandle is called wait for it.
 func NewKVServer[V message.Value](po *postoffice.Postoffice, appID int) (*KVServer[V], error) {
 	s := &KVServer[V]{SimpleApp: newSimpleApp(po)}
-	return s, s.register(appID, appID, s.process)
+	return s, s.register(appID, appID, s.process, customer.StartPaused())
 }
 
-// SetRequestHandle sets the function that answers KV requests.
+// SetRequestHandle sets the function that answers KV requests, and starts
+// handling requests.
 func (s *KVServer[V]) SetRequestHandle(h ReqHandle[V]) error {
 	if h == nil {
 		return fmt.Errorf("kv: nil request handle")
@@ -47,10 +50,12 @@ func (s *KVServer[V]) SetRequestHandle(h ReqHandle[V]) error {
 	s.mu.Lock()
 	s.handle = h
 	s.mu.Unlock()
+	s.cust.Resume()
 	return nil
 }
 
 // SetSimpleRequestHandle sets the function that answers SimpleApp requests.
+// Like KV requests, they are handled once SetRequestHandle has been called.
 func (s *KVServer[V]) SetSimpleRequestHandle(h SimpleHandle) { s.SimpleApp.SetRequestHandle(h) }
 
 // Response answers req with res (keys, values and optional lens for a pull;
@@ -104,10 +109,9 @@ func (s *KVServer[V]) process(msg *message.Message) {
 	s.mu.RLock()
 	h := s.handle
 	s.mu.RUnlock()
-	if h == nil {
+	if h == nil { // only when stopping without ever setting a handle
 		l := s.po.Logger()
-		l.Warn().Str("msg", msg.String()).Msg("no request handle set; answering with nothing")
-		_ = s.Response(meta, KVPairs[V]{})
+		l.Warn().Str("msg", msg.String()).Msg("dropping a request: no request handle was set")
 		return
 	}
 	h(meta, data, s)

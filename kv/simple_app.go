@@ -45,11 +45,11 @@ func newSimpleApp(po *postoffice.Postoffice) *SimpleApp {
 	}
 }
 
-func (a *SimpleApp) register(appID, customerID int, h customer.Handler) error {
+func (a *SimpleApp) register(appID, customerID int, h customer.Handler, opts ...customer.Option) error {
 	if a.po == nil {
 		return fmt.Errorf("kv: nil postoffice")
 	}
-	c, err := a.po.NewCustomer(appID, customerID, h)
+	c, err := a.po.NewCustomer(appID, customerID, h, opts...)
 	if err != nil {
 		return err
 	}

@@ -303,14 +303,14 @@ func (p *Postoffice) Send(msg *message.Message) error {
 // NewCustomer creates and registers the customer (appID, customerID), whose
 // goroutine passes each message to h. Messages that arrived for it before
 // it existed are delivered first.
-func (p *Postoffice) NewCustomer(appID, customerID int, h customer.Handler) (*customer.Customer, error) {
+func (p *Postoffice) NewCustomer(appID, customerID int, h customer.Handler, opts ...customer.Option) (*customer.Customer, error) {
 	key := [2]int{appID, customerID}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if _, ok := p.customers[key]; ok {
 		return nil, fmt.Errorf("postoffice: customer %d of app %d already exists", customerID, appID)
 	}
-	c := customer.New(appID, customerID, h, p.log)
+	c := customer.New(appID, customerID, h, p.log, opts...)
 	p.customers[key] = c
 	for _, m := range p.pending[key] {
 		c.Accept(m)
