@@ -225,7 +225,8 @@ func TestBadArguments(t *testing.T) {
 func TestUserSlicerAndCmd(t *testing.T) {
 	c := testcluster.New(t, 2, 1, testcluster.Options{Mem: true})
 	var cmds sync.Map
-	for i, p := range c.Servers {
+	for _, p := range c.Servers {
+		i := p.MyRank()
 		s, err := kv.NewKVServer[int64](p, 0)
 		if err != nil {
 			t.Fatal(err)
