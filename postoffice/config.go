@@ -45,6 +45,13 @@ type Config struct {
 	StartTimeout time.Duration
 	// SetRankEnv sets DMLC_RANK in the environment once the rank is known.
 	SetRankEnv bool
+	// Resend turns on acknowledgements and resending (PS_RESEND=1).
+	Resend bool
+	// ResendTimeout is PS_RESEND_TIMEOUT (milliseconds, default 1000).
+	ResendTimeout time.Duration
+	// ResendMaxRetry is PS_RESEND_MAX_RETRY, the resends before a request
+	// fails (default 20).
+	ResendMaxRetry int
 }
 
 // ErrConfig wraps every configuration error.
@@ -105,6 +112,9 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	c.HeartbeatTimeout = time.Duration(intVar("PS_HEARTBEAT_TIMEOUT", 60, 0, 1<<20, false)) * time.Second
 	c.DropRate = intVar("PS_DROP_MSG", 0, 0, 100, false)
 	c.StartTimeout = time.Duration(intVar("PS_START_TIMEOUT", 0, 0, 1<<20, false)) * time.Second
+	c.Resend = intVar("PS_RESEND", 0, 0, 1<<30, false) != 0
+	c.ResendTimeout = time.Duration(intVar("PS_RESEND_TIMEOUT", 1000, 1, 1<<30, false)) * time.Millisecond
+	c.ResendMaxRetry = intVar("PS_RESEND_MAX_RETRY", 20, 1, 1<<20, false)
 	if vt := get("DMLC_PS_VAN_TYPE"); vt != "" && vt != "zmq" {
 		errs = append(errs, fmt.Sprintf("DMLC_PS_VAN_TYPE=%q is not supported (only zmq)", vt))
 	}

@@ -111,6 +111,9 @@ func New(cfg Config, opts ...Option) (*Postoffice, error) {
 		HeartbeatTimeout:  cfg.HeartbeatTimeout,
 		DropRate:          cfg.DropRate,
 		SetRankEnv:        cfg.SetRankEnv,
+		Resend:            cfg.Resend,
+		ResendTimeout:     cfg.ResendTimeout,
+		ResendMaxRetry:    cfg.ResendMaxRetry,
 	}, tr, (*handler)(p), log)
 	if err != nil {
 		tr.Close()
@@ -365,6 +368,18 @@ func (h *handler) HandleData(msg *message.Message) {
 	p.mu.Unlock()
 	if !c.Accept(msg) {
 		p.log.Warn().Str("msg", msg.String()).Msg("dropping a message for a stopped customer")
+	}
+}
+
+// HandleSendFailure fails the request a lost message belonged to, so that
+// its Wait returns the error.
+func (h *handler) HandleSendFailure(msg *message.Message, err error) {
+	p := (*Postoffice)(h)
+	if msg.Meta.IsControl() || !msg.Meta.Request {
+		return // a lost response or control message: its waiter is elsewhere
+	}
+	if c := p.Customer(int(msg.Meta.AppID), int(msg.Meta.CustomerID)); c != nil {
+		c.Tracker().Fail(int(msg.Meta.Timestamp), err)
 	}
 }
 

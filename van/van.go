@@ -50,6 +50,15 @@ type Config struct {
 	// SetRankEnv sets DMLC_RANK in the process environment once the node
 	// knows its rank, as C++ ps-lite does.
 	SetRankEnv bool
+	// Resend turns on acknowledgements and resending (PS_RESEND) once the
+	// node is ready.
+	Resend bool
+	// ResendTimeout is how long to wait for an ACK before resending
+	// (PS_RESEND_TIMEOUT; default 1s).
+	ResendTimeout time.Duration
+	// ResendMaxRetry is how many times a message is resent before the send
+	// fails (default 20).
+	ResendMaxRetry int
 }
 
 // Handler receives what the van does not handle itself.
@@ -58,6 +67,9 @@ type Handler interface {
 	HandleData(msg *message.Message)
 	// HandleBarrierDone is called when the scheduler releases a barrier.
 	HandleBarrierDone(msg *message.Message)
+	// HandleSendFailure is called when a message was resent the maximum
+	// number of times without an acknowledgement.
+	HandleSendFailure(msg *message.Message, err error)
 }
 
 // Van is one node's endpoint.
@@ -76,8 +88,9 @@ type Van struct {
 	recvDone  chan struct{} // closed when the receive loop exits
 	hbStop    chan struct{} // closed to stop the heartbeat goroutine
 	hbDone    chan struct{} // closed when the heartbeat goroutine exits
-	hbOnce    sync.Once
 	hbStarted atomic.Bool
+	afterOnce sync.Once // runs afterReady once
+	res       atomic.Pointer[resender]
 
 	timestamp atomic.Int32 // for control messages
 
@@ -89,6 +102,7 @@ type Van struct {
 	heartbeats map[int]time.Time
 	startTime  time.Time
 
+	dropRate  atomic.Int32 // percent of received messages to drop once ready
 	sendBytes atomic.Int64
 	recvBytes atomic.Int64
 
@@ -137,6 +151,7 @@ func New(cfg Config, tr Transport, h Handler, log zerolog.Logger) (*Van, error) 
 	} else {
 		v.myNode = message.Node{Role: cfg.Role, ID: emptyID, Hostname: cfg.Host, Port: int32(cfg.Port)}
 	}
+	v.dropRate.Store(int32(cfg.DropRate))
 	v.rs = recvState{connected: map[string]int{}, shared: map[int]int{}, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))}
 	return v, nil
 }
@@ -205,7 +220,7 @@ func (v *Van) Start(ctx context.Context, customerID int) error {
 	}
 	select {
 	case <-v.ready:
-		v.hbOnce.Do(v.startHeartbeat)
+		v.afterOnce.Do(v.afterReady)
 		return nil
 	case <-v.recvDone:
 		return ErrStopped
@@ -258,6 +273,11 @@ func (v *Van) Stop() error {
 	if !v.started {
 		return v.tr.Close()
 	}
+	if r := v.res.Load(); r != nil {
+		// Let unacknowledged messages (say, the last barrier release) be
+		// resent a few times before the receive loop stops.
+		r.drain(time.Now().Add(r.timeout * time.Duration(min(r.maxRetry, 8)+1)))
+	}
 	v.stopping.Store(true)
 	me := v.MyNode()
 	if me.ID != emptyID {
@@ -270,6 +290,9 @@ func (v *Van) Stop() error {
 		}
 	}
 	<-v.recvDone
+	if r := v.res.Load(); r != nil {
+		r.close()
+	}
 	close(v.hbStop)
 	if v.hbStarted.Load() {
 		<-v.hbDone
@@ -278,8 +301,17 @@ func (v *Van) Stop() error {
 	return v.tr.Close()
 }
 
-// Send encodes msg and sends it to msg.Meta.Recver. It returns the bytes sent.
+// Send encodes msg and sends it to msg.Meta.Recver. With resending on, the
+// message is kept until acknowledged. It returns the bytes sent.
 func (v *Van) Send(msg *message.Message) (int, error) {
+	if r := v.res.Load(); r != nil {
+		r.addOutgoing(msg, v.MyNode().ID)
+	}
+	return v.sendNow(msg)
+}
+
+// sendNow sends msg once.
+func (v *Van) sendNow(msg *message.Message) (int, error) {
 	if msg.Meta.Recver == emptyID {
 		return 0, errors.New("van: message without a receiver")
 	}
@@ -326,8 +358,11 @@ func (v *Van) receiveLoop() {
 			v.log.Warn().Err(err).Msg("dropping a malformed message")
 			continue
 		}
-		if v.cfg.DropRate > 0 && v.IsReady() && v.rs.rng.IntN(100) < v.cfg.DropRate {
-			v.log.Warn().Str("msg", msg.String()).Msg("dropping a message (PS_DROP_MSG)")
+		if d := v.dropRate.Load(); d > 0 && v.IsReady() && msg.Meta.Control.Cmd != message.CmdTerminate && v.rs.rng.IntN(100) < int(d) {
+			v.log.Debug().Str("msg", msg.String()).Msg("dropping a message (PS_DROP_MSG)")
+			continue
+		}
+		if r := v.res.Load(); r != nil && r.addIncoming(msg) {
 			continue
 		}
 		if e := v.log.Trace(); e.Enabled() {
@@ -385,7 +420,7 @@ func (v *Van) handleControl(msg *message.Message) bool {
 	case message.CmdHeartbeat:
 		v.handleHeartbeat(msg)
 	case message.CmdAck:
-		// Resending is not enabled; an ACK needs no answer.
+		// Resending is off here; an ACK needs no answer.
 	default:
 		v.log.Warn().Str("msg", msg.String()).Msg("dropping a control message of unknown type")
 	}
@@ -685,15 +720,26 @@ func (v *Van) DeadNodes(timeout time.Duration) []int {
 	return dead
 }
 
-// startHeartbeat starts sending heartbeats to the scheduler, if configured.
-// Start calls it once the node is ready; Stop ends it.
-func (v *Van) startHeartbeat() {
-	if v.cfg.Role == message.RoleScheduler || v.cfg.HeartbeatInterval <= 0 {
-		return
-	}
+// afterReady starts what runs only once the node has joined: the resender
+// and the heartbeat. Stop ends both.
+func (v *Van) afterReady() {
 	v.startMu.Lock()
 	defer v.startMu.Unlock()
 	if v.stopped {
+		return
+	}
+	if v.cfg.Resend {
+		timeout := v.cfg.ResendTimeout
+		if timeout <= 0 {
+			timeout = time.Second
+		}
+		retries := v.cfg.ResendMaxRetry
+		if retries <= 0 {
+			retries = 20
+		}
+		v.res.Store(newResender(v, timeout, retries))
+	}
+	if v.cfg.Role == message.RoleScheduler || v.cfg.HeartbeatInterval <= 0 {
 		return
 	}
 	v.hbStarted.Store(true)
@@ -718,6 +764,10 @@ func (v *Van) startHeartbeat() {
 		}
 	}()
 }
+
+// SetDropRate changes the percentage of received messages dropped once the
+// node is ready (PS_DROP_MSG), for tests.
+func (v *Van) SetDropRate(percent int) { v.dropRate.Store(int32(min(max(percent, 0), 100))) }
 
 // Stats returns the bytes sent and received so far.
 func (v *Van) Stats() (sent, received int64) { return v.sendBytes.Load(), v.recvBytes.Load() }

@@ -84,3 +84,5 @@ type nopHandler struct{}
 
 func (nopHandler) HandleData(*message.Message)        {}
 func (nopHandler) HandleBarrierDone(*message.Message) {}
+
+func (nopHandler) HandleSendFailure(*message.Message, error) {}

@@ -1,0 +1,93 @@
+package tests
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gopslite/pslite/internal/testcluster"
+	"github.com/gopslite/pslite/kv"
+	"github.com/gopslite/pslite/message"
+	"github.com/gopslite/pslite/postoffice"
+)
+
+// With messages dropped at random and resending on, every request still
+// completes exactly once and the job shuts down cleanly.
+func TestResendUnderDrops(t *testing.T) {
+	for _, drop := range []int{20, 30} {
+		t.Run(fmt.Sprintf("drop=%d", drop), func(t *testing.T) {
+			c := testcluster.New(t, 2, 2, testcluster.Options{Quiet: true, Tweak: func(cfg *postoffice.Config) {
+				cfg.Resend = true
+				cfg.ResendTimeout = 50 * time.Millisecond
+				cfg.ResendMaxRetry = 30
+				cfg.DropRate = drop
+			}})
+			for _, p := range c.Servers {
+				s, _ := kv.NewKVServer[float32](p, 0)
+				s.SetRequestHandle(kv.NewDefaultHandle[float32]().Handle)
+			}
+			var wg sync.WaitGroup
+			for r, p := range c.Workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					w, _ := kv.NewKVWorker[float32](p, 0, 0)
+					keys := make([]uint64, 100)
+					vals := make([]float32, 100)
+					for i := range keys {
+						keys[i] = message.MaxKey/100*uint64(i) + uint64(r)
+						vals[i] = float32(i)
+					}
+					const repeat = 10
+					for i := 0; i < repeat; i++ {
+						ts, err := w.Push(keys, vals, nil)
+						if err == nil {
+							err = w.Wait(ts)
+						}
+						if err != nil {
+							t.Error(err)
+							return
+						}
+					}
+					var got []float32
+					ts, err := w.Pull(keys, &got, nil)
+					if err == nil {
+						err = w.Wait(ts)
+					}
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					for i := range keys {
+						if got[i] != vals[i]*repeat {
+							t.Errorf("key %d: %v, want %v (a push applied twice or lost)", i, got[i], vals[i]*repeat)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			c.Finalize(t)
+		})
+	}
+}
+
+// When a server never acknowledges, the worker's Wait returns an error
+// instead of hanging or killing the process.
+func TestResendGivesUp(t *testing.T) {
+	c := testcluster.New(t, 1, 1, testcluster.Options{Quiet: true, Tweak: func(cfg *postoffice.Config) {
+		cfg.Resend = true
+		cfg.ResendTimeout = 20 * time.Millisecond
+		cfg.ResendMaxRetry = 3
+	}})
+	c.Servers[0].Van().SetDropRate(100)
+	w, _ := kv.NewKVWorker[float32](c.Workers[0], 0, 0)
+	ts, err := w.Push([]uint64{1}, []float32{1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Wait(ts); err == nil {
+		t.Fatal("push to a server that drops everything succeeded")
+	}
+}
