@@ -4,7 +4,7 @@
 #   make test    vet, unit tests with -race, cluster tests through scripts/local.sh
 #   make demo    a 2-server, 2-worker job
 #   make proto   regenerate message/pb/meta.pb.go; make proto-check fails on drift
-#   make bench   the benchmarks
+#   make bench   micro-benchmarks, then psbench jobs writing docs/PERFORMANCE.md
 GO        ?= go
 BUILD     ?= build
 PROTOC_GEN_GO_VERSION := v1.36.12
@@ -19,7 +19,7 @@ deps:
 
 build:
 	@mkdir -p $(BUILD)
-	$(GO) build -o $(BUILD)/ ./tests/...
+	$(GO) build -o $(BUILD)/ ./tests/... ./bench/...
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
@@ -40,8 +40,7 @@ proto-check:
 
 bench: build
 	$(GO) test -run XXX -bench . -benchmem ./message/ ./customer/ ./kv/
-	scripts/local.sh 1 1 $(BUILD)/test_kv_app_benchmark
-	scripts/local.sh 2 2 $(BUILD)/test_kv_app_benchmark
+	scripts/bench.sh docs/PERFORMANCE.md
 
 clean:
 	rm -rf $(BUILD)

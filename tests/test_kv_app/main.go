@@ -6,7 +6,7 @@ package main
 import (
 	"github.com/gopslite/pslite/kv"
 	"github.com/gopslite/pslite/ps"
-	"github.com/gopslite/pslite/tests/internal/prog"
+	"github.com/gopslite/pslite/internal/prog"
 )
 
 func main() {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/gopslite/pslite/kv"
 	"github.com/gopslite/pslite/ps"
-	"github.com/gopslite/pslite/tests/internal/prog"
+	"github.com/gopslite/pslite/internal/prog"
 )
 
 func emptyHandle(meta kv.KVMeta, data kv.KVPairs[float32], s *kv.KVServer[float32]) {
@@ -20,6 +20,7 @@ func emptyHandle(meta kv.KVMeta, data kv.KVPairs[float32], s *kv.KVServer[float3
 }
 
 func main() {
+	defer prog.Profile()()
 	prog.Check(ps.Start(0), "start")
 	if ps.IsServer() {
 		s, err := ps.NewKVServer[float32](0)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/gopslite/pslite/kv"
 	"github.com/gopslite/pslite/ps"
-	"github.com/gopslite/pslite/tests/internal/prog"
+	"github.com/gopslite/pslite/internal/prog"
 )
 
 // runWorker runs customer cid of a process hosting customers workers; each

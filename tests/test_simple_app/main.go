@@ -8,7 +8,7 @@ import (
 
 	"github.com/gopslite/pslite/kv"
 	"github.com/gopslite/pslite/ps"
-	"github.com/gopslite/pslite/tests/internal/prog"
+	"github.com/gopslite/pslite/internal/prog"
 )
 
 const n = 100

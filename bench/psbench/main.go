@@ -1,0 +1,350 @@
+// Command psbench measures push/pull throughput, latency, small-request
+// rate and memory growth of a running job, next to the raw ZeroMQ transport
+// it rides on, so every figure can be read as a ratio.
+//
+//	scripts/local.sh 1 1 build/psbench -mode=all -n=10000000
+//	build/psbench report < results.txt > docs/PERFORMANCE.md
+//
+// Worker rank 0 prints one JSON object per result on lines starting with
+// "RESULT " and a human-readable table at the end. Servers store nothing:
+// a push is answered empty, a pull with zeros of the right length.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gopslite/pslite/internal/prog"
+	"github.com/gopslite/pslite/kv"
+	"github.com/gopslite/pslite/message"
+	"github.com/gopslite/pslite/ps"
+)
+
+var (
+	mode     = flag.String("mode", "all", "bulk, latency, window, memory, raw or all (comma-separated)")
+	numKeys  = flag.Int("n", 1000000, "keys per bulk request")
+	valLen   = flag.Int("k", 1, "values per key")
+	repeat   = flag.Int("repeat", 5, "repetitions of each bulk measurement (the median is reported)")
+	iters    = flag.Int("iters", 2000, "round trips for the latency measurement")
+	window   = flag.Int("window", 64, "outstanding requests in the window measurement")
+	requests = flag.Int("requests", 100000, "requests in the window measurement")
+	memReqs  = flag.Int("mem-requests", 1000000, "requests in the memory measurement")
+	label    = flag.String("label", "", "free text added to every result (e.g. the layout)")
+)
+
+// Result is one measurement.
+type Result struct {
+	Name    string  `json:"name"`
+	Label   string  `json:"label,omitempty"`
+	Servers int     `json:"servers"`
+	Workers int     `json:"workers"`
+	Keys    int     `json:"keys,omitempty"`
+	Bytes   int64   `json:"bytes,omitempty"`
+	Value   float64 `json:"value"`
+	Unit    string  `json:"unit"`
+	Extra   string  `json:"extra,omitempty"`
+	// Raw is the same measurement over bare ZeroMQ, and Ratio Value/Raw.
+	Raw   float64 `json:"raw,omitempty"`
+	Ratio float64 `json:"ratio,omitempty"`
+}
+
+const cmdRSS = 1 // SimpleApp head: a server answers with its RSS in bytes
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "report" {
+		if err := report(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "psbench report:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	flag.Parse()
+	defer prog.Profile()()
+	prog.Check(ps.Start(0), "start")
+	if ps.IsServer() {
+		s, err := ps.NewKVServer[float32](0)
+		prog.Check(err, "server")
+		s.SetSimpleRequestHandle(func(d kv.SimpleData, app *kv.SimpleApp) {
+			body := ""
+			if d.Head == cmdRSS {
+				runtime.GC()
+				body = fmt.Sprint(rss())
+			}
+			app.Response(d, body)
+		})
+		prog.Check(s.SetRequestHandle(emptyHandle), "handle")
+		ps.RegisterExitCallback(s.Close)
+	}
+	if ps.IsWorker() {
+		w, err := ps.NewKVWorker[float32](0, 0)
+		prog.Check(err, "worker")
+		runWorker(w)
+	}
+	prog.Check(ps.Finalize(0, true), "finalize")
+}
+
+func emptyHandle(meta kv.KVMeta, data kv.KVPairs[float32], s *kv.KVServer[float32]) {
+	var res kv.KVPairs[float32]
+	if meta.Pull {
+		res.Keys = data.Keys
+		n := len(data.Keys)
+		if len(data.Vals) > 0 {
+			n = len(data.Vals)
+		}
+		res.Vals = zeros(n)
+	}
+	prog.Check(s.Response(meta, res), "response")
+}
+
+var (
+	zeroMu  sync.Mutex
+	zeroBuf []float32
+)
+
+// zeros returns n zero values from a buffer the handle reuses: answers are
+// copied into ZeroMQ before Response returns.
+func zeros(n int) []float32 {
+	zeroMu.Lock()
+	defer zeroMu.Unlock()
+	if cap(zeroBuf) < n {
+		zeroBuf = make([]float32, n)
+	}
+	return zeroBuf[:n]
+}
+
+func want(m string) bool {
+	if *mode == "all" {
+		return true
+	}
+	for _, x := range strings.Split(*mode, ",") {
+		if x == m {
+			return true
+		}
+	}
+	return false
+}
+
+func runWorker(w *kv.KVWorker[float32]) {
+	rank := ps.MyRank()
+	var results []Result
+	add := func(r Result) {
+		r.Servers, r.Workers, r.Label = ps.NumServers(), ps.NumWorkers(), *label
+		if r.Raw > 0 {
+			r.Ratio = r.Value / r.Raw
+		}
+		results = append(results, r)
+		if rank == 0 {
+			b, _ := json.Marshal(r)
+			fmt.Printf("RESULT %s\n", b)
+		}
+	}
+	var raw rawFigures
+	if want("raw") || want("bulk") || want("latency") {
+		raw = measureRaw(*numKeys * (8 + 4**valLen))
+	}
+	if want("bulk") {
+		bulk(w, rank, raw, add)
+	}
+	if want("latency") {
+		latency(w, rank, raw, add)
+	}
+	if want("window") {
+		windowed(w, rank, add)
+	}
+	if want("memory") {
+		memory(w, rank, add)
+	}
+	if rank == 0 {
+		printTable(results)
+	}
+}
+
+func keysFor(n, rank int) ([]uint64, []float32) {
+	keys := make([]uint64, n)
+	vals := make([]float32, n**valLen)
+	for i := range keys {
+		keys[i] = message.MaxKey/uint64(n)*uint64(i) + uint64(rank)
+	}
+	for i := range vals {
+		vals[i] = float32(i % 1000)
+	}
+	return keys, vals
+}
+
+func median(d []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[min(int(float64(len(s))*p), len(s)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+
+func bulk(w *kv.KVWorker[float32], rank int, raw rawFigures, add func(Result)) {
+	keys, vals := keysFor(*numKeys, rank)
+	bytes := int64(len(keys)*8 + len(vals)*4)
+	var out []float32
+	ops := []struct {
+		name string
+		do   func() (int, error)
+	}{
+		{"push", func() (int, error) { return w.ZPush(keys, vals, nil) }},
+		{"pull", func() (int, error) { return w.ZPull(keys, &out, nil) }},
+		{"pushpull", func() (int, error) { return w.ZPushPull(keys, vals, &out, nil) }},
+	}
+	for _, op := range ops {
+		var d []time.Duration
+		for i := 0; i < *repeat; i++ {
+			prog.Check(ps.Barrier(0, ps.WorkerGroup), "barrier")
+			start := time.Now()
+			ts, err := op.do()
+			prog.Check(err, op.name)
+			prog.Check(w.Wait(ts), op.name)
+			d = append(d, time.Since(start))
+		}
+		add(Result{Name: "bulk_" + op.name, Keys: *numKeys, Bytes: bytes, Value: ms(median(d)), Unit: "ms",
+			Raw: ms(raw.bulk), Extra: fmt.Sprintf("%.2f GB/s", float64(bytes)/median(d).Seconds()/1e9)})
+	}
+}
+
+func latency(w *kv.KVWorker[float32], rank int, raw rawFigures, add func(Result)) {
+	keys := []uint64{uint64(rank)}
+	vals := []float32{1}
+	var out []float32
+	var d []time.Duration
+	for i := 0; i < *iters; i++ {
+		start := time.Now()
+		ts, err := w.ZPush(keys, vals, nil)
+		prog.Check(err, "push")
+		prog.Check(w.Wait(ts), "push")
+		ts, err = w.ZPull(keys, &out, nil)
+		prog.Check(err, "pull")
+		prog.Check(w.Wait(ts), "pull")
+		d = append(d, time.Since(start))
+	}
+	add(Result{Name: "latency_push_pull_p50", Value: us(median(d)), Unit: "us", Raw: us(raw.pingpong),
+		Extra: "1-key push then 1-key pull; raw = 16-byte ping-pong"})
+	add(Result{Name: "latency_push_pull_p99", Value: us(percentile(d, 0.99)), Unit: "us", Raw: us(raw.pingpong)})
+	d = d[:0]
+	for i := 0; i < *iters; i++ {
+		start := time.Now()
+		ts, err := w.ZPushPull(keys, vals, &out, nil)
+		prog.Check(err, "pushpull")
+		prog.Check(w.Wait(ts), "pushpull")
+		d = append(d, time.Since(start))
+	}
+	add(Result{Name: "latency_pushpull_p50", Value: us(median(d)), Unit: "us", Raw: us(raw.pingpong),
+		Extra: "1-key push-pull round trip"})
+}
+
+func windowed(w *kv.KVWorker[float32], rank int, add func(Result)) {
+	keys := []uint64{uint64(rank)}
+	vals := []float32{1}
+	prog.Check(ps.Barrier(0, ps.WorkerGroup), "barrier")
+	start := time.Now()
+	ring := make([]int, 0, *window)
+	for i := 0; i < *requests; i++ {
+		if len(ring) == *window {
+			prog.Check(w.Wait(ring[0]), "push")
+			ring = ring[1:]
+		}
+		ts, err := w.ZPush(keys, vals, nil)
+		prog.Check(err, "push")
+		ring = append(ring, ts)
+	}
+	for _, ts := range ring {
+		prog.Check(w.Wait(ts), "push")
+	}
+	el := time.Since(start)
+	add(Result{Name: fmt.Sprintf("window%d_push_rate", *window), Value: float64(*requests) / el.Seconds(), Unit: "req/s",
+		Extra: fmt.Sprintf("%d 1-key pushes per worker", *requests)})
+}
+
+func memory(w *kv.KVWorker[float32], rank int, add func(Result)) {
+	keys := []uint64{uint64(rank)}
+	vals := []float32{1}
+	app := w.SimpleApp
+	serverRSS := func() int64 {
+		var mu sync.Mutex
+		var total int64
+		app.SetResponseHandle(func(d kv.SimpleData, _ *kv.SimpleApp) {
+			var v int64
+			fmt.Sscan(d.Body, &v)
+			mu.Lock()
+			total = max(total, v)
+			mu.Unlock()
+		})
+		ts, err := app.Request(cmdRSS, "", ps.ServerGroup)
+		prog.Check(err, "rss request")
+		prog.Check(app.Wait(ts), "rss request")
+		mu.Lock()
+		defer mu.Unlock()
+		return total
+	}
+	var samples []string
+	var wBase, sBase, wLast, sLast int64
+	ring := make([]int, 0, 64)
+	step := *memReqs / 10
+	for i := 1; i <= *memReqs; i++ {
+		if len(ring) == cap(ring) {
+			prog.Check(w.Wait(ring[0]), "push")
+			ring = ring[1:]
+		}
+		ts, err := w.ZPush(keys, vals, nil)
+		prog.Check(err, "push")
+		ring = append(ring, ts)
+		if i == 10000 || i%step == 0 {
+			for _, t := range ring {
+				prog.Check(w.Wait(t), "push")
+			}
+			ring = ring[:0]
+			runtime.GC()
+			wr, sr := rss(), serverRSS()
+			if i == 10000 {
+				wBase, sBase = wr, sr
+			}
+			wLast, sLast = wr, sr
+			samples = append(samples, fmt.Sprintf("%d:%.1f/%.1f", i, float64(wr)/1e6, float64(sr)/1e6))
+		}
+	}
+	add(Result{Name: "rss_growth_worker", Value: float64(wLast-wBase) / 1e6, Unit: "MB",
+		Extra: fmt.Sprintf("after %d requests vs after 10000; samples req:worker/server MB %s", *memReqs, strings.Join(samples, " "))})
+	add(Result{Name: "rss_growth_server", Value: float64(sLast-sBase) / 1e6, Unit: "MB"})
+}
+
+// rss returns this process's resident set size in bytes.
+func rss() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	var size, res int64
+	fmt.Sscan(string(b), &size, &res)
+	return res * int64(os.Getpagesize())
+}
+
+func printTable(rs []Result) {
+	fmt.Println()
+	fmt.Printf("%-26s %14s %-6s %12s %8s  %s\n", "measurement", "value", "unit", "raw zmq", "ratio", "notes")
+	for _, r := range rs {
+		rawS, ratioS := "", ""
+		if r.Raw > 0 {
+			rawS = fmt.Sprintf("%.2f", r.Raw)
+			ratioS = fmt.Sprintf("%.2fx", r.Ratio)
+		}
+		fmt.Printf("%-26s %14.2f %-6s %12s %8s  %s\n", r.Name, r.Value, r.Unit, rawS, ratioS, r.Extra)
+	}
+}
