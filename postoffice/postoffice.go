@@ -147,7 +147,7 @@ func (p *Postoffice) Van() *van.Van { return p.van }
 func (p *Postoffice) Logger() zerolog.Logger { return p.log }
 
 // Start joins the job for customerID and, when doBarrier is set, waits until
-// every node has joined. A process with several customers calls Start once
+// every node has joined (a node that replaces a dead one skips that barrier). A process with several customers calls Start once
 // for each. Config.StartTimeout, when set, bounds the wait.
 func (p *Postoffice) Start(ctx context.Context, customerID int, doBarrier bool) error {
 	if p.cfg.StartTimeout > 0 {
@@ -158,7 +158,7 @@ func (p *Postoffice) Start(ctx context.Context, customerID int, doBarrier bool) 
 	if err := p.van.Start(ctx, customerID); err != nil {
 		return err
 	}
-	if doBarrier {
+	if doBarrier && !p.IsRecovery() { // the others are past their start barrier
 		return p.Barrier(ctx, customerID, message.AllGroup)
 	}
 	return nil

@@ -120,6 +120,10 @@ type recvState struct {
 	numWorkers int
 	barrier    [8]int // barrier requests counted per group
 	rng        *rand.Rand
+	// waiting holds nodes that asked to join a full job before any node of
+	// their role was found dead; they are retried as time passes.
+	waiting   []message.Node
+	lastRetry time.Time
 }
 
 // New returns a van for the node cfg describes, sending through tr and
@@ -337,6 +341,9 @@ func (v *Van) receiveLoop() {
 	defer close(v.recvDone)
 	for {
 		ident, frames, err := v.tr.Recv()
+		if len(v.rs.waiting) > 0 && time.Since(v.rs.lastRetry) > 200*time.Millisecond {
+			v.retryWaiting()
+		}
 		if err != nil {
 			if errors.Is(err, ErrRecvTimeout) {
 				if v.stopping.Load() {
@@ -580,8 +587,20 @@ func (v *Van) sendNodes(id int, nodes []message.Node) {
 	}
 }
 
-// recoverNode lets a node replace a dead node of the same role.
-func (v *Van) recoverNode(n message.Node) {
+// retryWaiting gives the nodes waiting to replace a dead node another try.
+func (v *Van) retryWaiting() {
+	v.rs.lastRetry = time.Now()
+	waiting := v.rs.waiting
+	v.rs.waiting = nil
+	for _, n := range waiting {
+		v.recoverNode(n)
+	}
+}
+
+// recoverNode lets a node replace a dead node of the same role. When none is
+// dead yet but heartbeats are on, the node waits (a restarted process often
+// registers before the scheduler has declared its predecessor dead).
+func (v *Van) recoverNode(n message.Node) bool {
 	dead := v.DeadNodes(v.cfg.HeartbeatTimeout)
 	deadSet := map[int]bool{}
 	for _, id := range dead {
@@ -600,7 +619,7 @@ func (v *Van) recoverNode(n message.Node) {
 		list[i] = n
 		if err := v.connect(n); err != nil {
 			v.log.Error().Err(err).Str("node", n.String()).Msg("connect failed")
-			return
+			return false
 		}
 		v.rs.connected[n.Addr()] = int(n.ID)
 		v.updateHeartbeat(int(n.ID), time.Now())
@@ -614,9 +633,20 @@ func (v *Van) recoverNode(n message.Node) {
 				v.sendNodes(id, []message.Node{n})
 			}
 		}
-		return
+		return true
+	}
+	if v.cfg.HeartbeatTimeout > 0 && len(v.rs.waiting) < v.cfg.NumServers+v.cfg.NumWorkers {
+		for _, w := range v.rs.waiting {
+			if w.Addr() == n.Addr() {
+				return false
+			}
+		}
+		v.log.Info().Str("node", n.String()).Msg("job is full: the node waits until a node of its role is declared dead")
+		v.rs.waiting = append(v.rs.waiting, n)
+		return false
 	}
 	v.log.Warn().Str("node", n.String()).Msg("refusing ADD_NODE: the job is full and no node of that role is dead")
+	return false
 }
 
 func (v *Van) groupMembers(group int) []int {

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -74,8 +75,7 @@ func main() {
 		s.SetSimpleRequestHandle(func(d kv.SimpleData, app *kv.SimpleApp) {
 			body := ""
 			if d.Head == cmdRSS {
-				runtime.GC()
-				body = fmt.Sprint(rss())
+				body = fmt.Sprint(settledRSS())
 			}
 			app.Response(d, body)
 		})
@@ -311,18 +311,36 @@ func memory(w *kv.KVWorker[float32], rank int, add func(Result)) {
 				prog.Check(w.Wait(t), "push")
 			}
 			ring = ring[:0]
-			runtime.GC()
-			wr, sr := rss(), serverRSS()
+			wr, sr := settledRSS(), serverRSS()
 			if i == 10000 {
 				wBase, sBase = wr, sr
 			}
 			wLast, sLast = wr, sr
 			samples = append(samples, fmt.Sprintf("%d:%.1f/%.1f", i, float64(wr)/1e6, float64(sr)/1e6))
+			if os.Getenv("PSBENCH_DEBUG") != "" {
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				st, _ := os.ReadFile("/proc/self/status")
+				th := ""
+				for _, l := range strings.Split(string(st), "\n") {
+					if strings.HasPrefix(l, "Threads") {
+						th = l
+					}
+				}
+				fmt.Fprintf(os.Stderr, "%d: %s heapInuse=%d stackSys=%d sys=%d\n", i, th, ms.HeapInuse, ms.StackSys, ms.Sys)
+			}
 		}
 	}
 	add(Result{Name: "rss_growth_worker", Value: float64(wLast-wBase) / 1e6, Unit: "MB",
 		Extra: fmt.Sprintf("after %d requests vs after 10000; samples req:worker/server MB %s", *memReqs, strings.Join(samples, " "))})
 	add(Result{Name: "rss_growth_server", Value: float64(sLast-sBase) / 1e6, Unit: "MB"})
+}
+
+// settledRSS collects garbage and returns freed memory to the system before
+// reading the RSS, so that what remains is memory the process holds on to.
+func settledRSS() int64 {
+	debug.FreeOSMemory()
+	return rss()
 }
 
 // rss returns this process's resident set size in bytes.

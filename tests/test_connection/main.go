@@ -3,8 +3,8 @@
 package main
 
 import (
-	"github.com/gopslite/pslite/ps"
 	"github.com/gopslite/pslite/internal/prog"
+	"github.com/gopslite/pslite/ps"
 )
 
 func main() {

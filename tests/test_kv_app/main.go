@@ -4,9 +4,9 @@
 package main
 
 import (
+	"github.com/gopslite/pslite/internal/prog"
 	"github.com/gopslite/pslite/kv"
 	"github.com/gopslite/pslite/ps"
-	"github.com/gopslite/pslite/internal/prog"
 )
 
 func main() {

@@ -5,9 +5,9 @@ package main
 import (
 	"time"
 
+	"github.com/gopslite/pslite/internal/prog"
 	"github.com/gopslite/pslite/kv"
 	"github.com/gopslite/pslite/ps"
-	"github.com/gopslite/pslite/internal/prog"
 )
 
 func emptyHandle(meta kv.KVMeta, data kv.KVPairs[float32], s *kv.KVServer[float32]) {

@@ -10,9 +10,9 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/gopslite/pslite/internal/prog"
 	"github.com/gopslite/pslite/kv"
 	"github.com/gopslite/pslite/ps"
-	"github.com/gopslite/pslite/internal/prog"
 )
 
 // runWorker runs customer cid of a process hosting customers workers; each

@@ -6,9 +6,9 @@ package main
 import (
 	"sync/atomic"
 
+	"github.com/gopslite/pslite/internal/prog"
 	"github.com/gopslite/pslite/kv"
 	"github.com/gopslite/pslite/ps"
-	"github.com/gopslite/pslite/internal/prog"
 )
 
 const n = 100
