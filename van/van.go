@@ -434,8 +434,24 @@ func (v *Van) handleControl(msg *message.Message) bool {
 	return false
 }
 
+// markReady marks the node as joined. It runs on the receive goroutine, so
+// the resender is in place before the next message is received: every
+// message from a ready peer is acknowledged and deduplicated.
 func (v *Van) markReady() {
-	v.readyOnce.Do(func() { close(v.ready) })
+	v.readyOnce.Do(func() {
+		if v.cfg.Resend {
+			timeout := v.cfg.ResendTimeout
+			if timeout <= 0 {
+				timeout = time.Second
+			}
+			retries := v.cfg.ResendMaxRetry
+			if retries <= 0 {
+				retries = 20
+			}
+			v.res.Store(newResender(v, timeout, retries))
+		}
+		close(v.ready)
+	})
 }
 
 func (v *Van) connect(n message.Node) error {
@@ -750,24 +766,12 @@ func (v *Van) DeadNodes(timeout time.Duration) []int {
 	return dead
 }
 
-// afterReady starts what runs only once the node has joined: the resender
-// and the heartbeat. Stop ends both.
+// afterReady starts the heartbeat once the node has joined; Stop ends it.
 func (v *Van) afterReady() {
 	v.startMu.Lock()
 	defer v.startMu.Unlock()
 	if v.stopped {
 		return
-	}
-	if v.cfg.Resend {
-		timeout := v.cfg.ResendTimeout
-		if timeout <= 0 {
-			timeout = time.Second
-		}
-		retries := v.cfg.ResendMaxRetry
-		if retries <= 0 {
-			retries = 20
-		}
-		v.res.Store(newResender(v, timeout, retries))
 	}
 	if v.cfg.Role == message.RoleScheduler || v.cfg.HeartbeatInterval <= 0 {
 		return
