@@ -22,10 +22,22 @@ type Tracker struct {
 	mu      sync.Mutex
 	next    int32
 	pending map[int32]*request
-	// failed remembers errors of failed requests until someone waits on them;
-	// failOrder evicts the oldest past maxFailures.
-	failed    map[int32]error
-	failOrder []int32
+	// failed remembers errors of failed requests until someone waits on
+	// them; failOrder lists them oldest first for eviction past maxFailures.
+	// An entry of failOrder whose seq no longer matches failed is stale.
+	failed    map[int32]failure
+	failOrder []failRef
+	failSeq   uint64
+}
+
+type failure struct {
+	err error
+	seq uint64
+}
+
+type failRef struct {
+	ts  int32
+	seq uint64
 }
 
 type request struct {
@@ -36,7 +48,7 @@ type request struct {
 
 // NewTracker returns an empty tracker whose first timestamp is 0.
 func NewTracker() *Tracker {
-	return &Tracker{pending: make(map[int32]*request), failed: make(map[int32]error)}
+	return &Tracker{pending: make(map[int32]*request), failed: make(map[int32]failure)}
 }
 
 // NewRequest starts tracking a request that expects the given number of
@@ -53,7 +65,7 @@ func (t *Tracker) NewRequest(expected int) (int, error) {
 		if _, busy := t.pending[ts]; busy {
 			continue
 		}
-		delete(t.failed, ts)
+		delete(t.failed, ts) // a failure of an earlier use of ts is forgotten
 		if expected <= 0 {
 			return int(ts), nil // nothing to wait for: finished already
 		}
@@ -65,6 +77,9 @@ func (t *Tracker) NewRequest(expected int) (int, error) {
 
 // Pending reports whether ts is an unfinished request.
 func (t *Tracker) Pending(ts int) bool {
+	if !valid(ts) {
+		return false
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	_, ok := t.pending[int32(ts)]
@@ -74,6 +89,9 @@ func (t *Tracker) Pending(ts int) bool {
 // NumResponse returns how many responses ts has received and how many it
 // expects. ok is false when ts is not an unfinished request.
 func (t *Tracker) NumResponse(ts int) (got, expected int, ok bool) {
+	if !valid(ts) {
+		return 0, 0, false
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r, ok := t.pending[int32(ts)]
@@ -87,6 +105,9 @@ func (t *Tracker) NumResponse(ts int) (got, expected int, ok bool) {
 // it has all it expects. It reports false when ts is not an unfinished
 // request (a late or unknown response).
 func (t *Tracker) AddResponse(ts, num int) bool {
+	if !valid(ts) {
+		return false
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r, ok := t.pending[int32(ts)]
@@ -103,18 +124,34 @@ func (t *Tracker) AddResponse(ts, num int) bool {
 // Fail finishes ts with an error, which the next Wait on ts returns. It
 // reports false when ts is not an unfinished request.
 func (t *Tracker) Fail(ts int, err error) bool {
+	if !valid(ts) {
+		return false
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r, ok := t.pending[int32(ts)]
 	if !ok {
 		return false
 	}
-	if len(t.failOrder) >= maxFailures {
-		delete(t.failed, t.failOrder[0])
+	for len(t.failed) >= maxFailures && len(t.failOrder) > 0 {
+		old := t.failOrder[0]
 		t.failOrder = t.failOrder[1:]
+		if f, ok := t.failed[old.ts]; ok && f.seq == old.seq {
+			delete(t.failed, old.ts)
+		}
 	}
-	t.failed[int32(ts)] = err
-	t.failOrder = append(t.failOrder, int32(ts))
+	if len(t.failOrder) > 4*maxFailures { // drop stale entries
+		live := t.failOrder[:0]
+		for _, ref := range t.failOrder {
+			if f, ok := t.failed[ref.ts]; ok && f.seq == ref.seq {
+				live = append(live, ref)
+			}
+		}
+		t.failOrder = live
+	}
+	t.failSeq++
+	t.failed[int32(ts)] = failure{err: err, seq: t.failSeq}
+	t.failOrder = append(t.failOrder, failRef{ts: int32(ts), seq: t.failSeq})
 	t.finishLocked(int32(ts), r)
 	return true
 }
@@ -147,7 +184,7 @@ func (t *Tracker) Wait(ts int) error {
 
 // WaitContext is Wait that gives up when ctx is done, returning ctx's error.
 func (t *Tracker) WaitContext(ctx context.Context, ts int) error {
-	if ts < 0 || ts >= math.MaxInt32 {
+	if !valid(ts) {
 		return fmt.Errorf("customer: invalid timestamp %d", ts)
 	}
 	t.mu.Lock()
@@ -172,20 +209,19 @@ func (t *Tracker) WaitContext(ctx context.Context, ts int) error {
 	return t.takeFailureLocked(int32(ts))
 }
 
+// takeFailureLocked returns and forgets ts's failure; its failOrder entry
+// goes stale.
 func (t *Tracker) takeFailureLocked(ts int32) error {
-	err, ok := t.failed[ts]
+	f, ok := t.failed[ts]
 	if !ok {
 		return nil
 	}
 	delete(t.failed, ts)
-	for i, f := range t.failOrder {
-		if f == ts {
-			t.failOrder = append(t.failOrder[:i], t.failOrder[i+1:]...)
-			break
-		}
-	}
-	return err
+	return f.err
 }
+
+// valid reports whether ts can be a timestamp.
+func valid(ts int) bool { return ts >= 0 && ts < math.MaxInt32 }
 
 // Len returns the number of unfinished requests.
 func (t *Tracker) Len() int {

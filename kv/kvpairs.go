@@ -19,7 +19,8 @@ type KVPairs[V message.Value] struct {
 }
 
 // Check validates the shape of kvs: lens, when given, has one entry per key
-// and sums to len(Vals); otherwise len(Vals) is a multiple of len(Keys).
+// and sums to len(Vals); otherwise len(Vals) is a non-zero multiple of
+// len(Keys).
 // withVals false skips the value checks (a pull request carries no values).
 func (kvs *KVPairs[V]) Check(withVals bool) error {
 	if len(kvs.Lens) > 0 {
@@ -49,6 +50,9 @@ func (kvs *KVPairs[V]) Check(withVals bool) error {
 			return fmt.Errorf("kv: %d values without keys", len(kvs.Vals))
 		}
 		return nil
+	}
+	if len(kvs.Vals) == 0 {
+		return fmt.Errorf("kv: no values for %d keys", len(kvs.Keys))
 	}
 	if len(kvs.Vals)%len(kvs.Keys) != 0 {
 		return fmt.Errorf("kv: %d values is not a multiple of %d keys", len(kvs.Vals), len(kvs.Keys))

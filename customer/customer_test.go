@@ -1,0 +1,260 @@
+package customer_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gopslite/pslite/customer"
+	"github.com/gopslite/pslite/message"
+)
+
+func request(prio, id int) *message.Message {
+	m := msg(prio, id)
+	m.Meta.Request = true
+	return m
+}
+
+func response(ts, id int) *message.Message {
+	m := message.New()
+	m.Meta.Request = false
+	m.Meta.Timestamp = int32(ts)
+	m.Meta.Head = int32(id)
+	return m
+}
+
+// recorder is a handler that records the Head of every message it sees.
+type recorder struct {
+	mu   sync.Mutex
+	seen []int
+	ch   chan int // every handled Head, when non-nil
+}
+
+func (r *recorder) handle(m *message.Message) {
+	r.mu.Lock()
+	r.seen = append(r.seen, int(m.Meta.Head))
+	r.mu.Unlock()
+	if r.ch != nil {
+		r.ch <- int(m.Meta.Head)
+	}
+}
+
+func (r *recorder) got() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.seen)
+}
+
+func TestCustomerIDs(t *testing.T) {
+	c := customer.New(3, 7, func(*message.Message) {}, zerolog.Nop())
+	defer c.Stop()
+	if c.AppID() != 3 || c.CustomerID() != 7 {
+		t.Fatalf("ids %d/%d, want 3/7", c.AppID(), c.CustomerID())
+	}
+	if c.Tracker() == nil {
+		t.Fatal("nil tracker")
+	}
+}
+
+func TestCustomerPriorityOrder(t *testing.T) {
+	var r recorder
+	c := customer.New(0, 0, r.handle, zerolog.Nop(), customer.StartPaused())
+	prios := []int{0, 3, -1, 3, 1, 0, 7}
+	for i, p := range prios {
+		if !c.Accept(request(p, i)) {
+			t.Fatal("Accept returned false")
+		}
+	}
+	time.Sleep(10 * time.Millisecond)
+	if got := r.got(); len(got) != 0 {
+		t.Fatalf("paused customer handled %v", got)
+	}
+	c.Resume()
+	c.Resume() // idempotent
+	c.Stop()
+	want := []int{6, 1, 3, 4, 0, 5, 2}
+	if got := r.got(); !slices.Equal(got, want) {
+		t.Fatalf("handled %v, want %v", got, want)
+	}
+}
+
+func TestCustomerDropsUnknownResponses(t *testing.T) {
+	r := recorder{ch: make(chan int, 10)}
+	c := customer.New(0, 0, r.handle, zerolog.Nop())
+	defer c.Stop()
+	c.Accept(response(12345, 1))         // never issued
+	c.Accept(response(message.Empty, 2)) // no timestamp
+	c.Accept(request(0, 3))              // sentinel
+	select {
+	case id := <-r.ch:
+		if id != 3 {
+			t.Fatalf("handler got message %d, want only the sentinel 3", id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("sentinel not handled")
+	}
+
+	// A late response, after its request finished, is dropped too.
+	ts, _ := c.NewRequest(1)
+	c.Accept(response(ts, 4))
+	if err := c.WaitRequest(ts); err != nil {
+		t.Fatal(err)
+	}
+	<-r.ch
+	c.Accept(response(ts, 5)) // late
+	c.Accept(request(0, 6))
+	if id := <-r.ch; id != 6 {
+		t.Fatalf("handler got late response %d", id)
+	}
+	if got := r.got(); !slices.Equal(got, []int{3, 4, 6}) {
+		t.Fatalf("handled %v, want [3 4 6]", got)
+	}
+}
+
+func TestCustomerResponsesCompleteRequest(t *testing.T) {
+	// seen is written by the handler without locking: Wait returning must
+	// happen after the handler ran for every response (checked by -race).
+	var seen []int
+	c := customer.New(0, 0, func(m *message.Message) { seen = append(seen, int(m.Meta.Head)) }, zerolog.Nop())
+	defer c.Stop()
+	ts, err := c.NewRequest(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.WaitRequest(ts) }()
+	c.Accept(response(ts, 1))
+	c.Accept(response(ts, 2))
+	select {
+	case err := <-done:
+		t.Fatalf("WaitRequest returned (%v) before the third response", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	c.Accept(response(ts, 3))
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("WaitRequest did not return")
+	}
+	if !slices.Equal(seen, []int{1, 2, 3}) {
+		t.Fatalf("handler saw %v, want [1 2 3]", seen)
+	}
+	if n := c.NumResponse(ts); n != 0 {
+		t.Fatalf("NumResponse of finished = %d, want 0", n)
+	}
+}
+
+func TestCustomerAddResponseAndNumResponse(t *testing.T) {
+	c := customer.New(0, 0, func(*message.Message) {}, zerolog.Nop())
+	defer c.Stop()
+	ts, _ := c.NewRequest(3)
+	c.AddResponse(ts, 1)
+	if n := c.NumResponse(ts); n != 1 {
+		t.Fatalf("NumResponse = %d, want 1", n)
+	}
+	c.AddResponse(ts, 2)
+	if err := c.WaitRequest(ts); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.NumResponse(999); n != 0 {
+		t.Fatalf("NumResponse(unknown) = %d", n)
+	}
+	c.AddResponse(999, 1) // unknown: no-op, no panic
+}
+
+func TestCustomerWaitRequestContext(t *testing.T) {
+	c := customer.New(0, 0, func(*message.Message) {}, zerolog.Nop())
+	defer c.Stop()
+	ts, _ := c.NewRequest(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if err := c.WaitRequestContext(ctx, ts); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitRequestContext = %v", err)
+	}
+	c.Accept(response(ts, 0))
+	if err := c.WaitRequestContext(context.Background(), ts); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCustomerStopDrains(t *testing.T) {
+	var n int // only the handler writes it; read after Stop
+	c := customer.New(0, 0, func(*message.Message) {
+		time.Sleep(50 * time.Microsecond)
+		n++
+	}, zerolog.Nop())
+	const total = 200
+	for i := range total {
+		if !c.Accept(request(i%4, i)) {
+			t.Fatal("Accept returned false before Stop")
+		}
+	}
+	stopped := make(chan struct{})
+	go func() { c.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Stop did not return")
+	}
+	if n != total {
+		t.Fatalf("handled %d of %d queued messages before Stop returned", n, total)
+	}
+	if c.Accept(request(0, 0)) {
+		t.Fatal("Accept after Stop returned true")
+	}
+	c.Stop() // idempotent
+}
+
+func TestCustomerStopPausedDrains(t *testing.T) {
+	var r recorder
+	c := customer.New(0, 0, r.handle, zerolog.Nop(), customer.StartPaused())
+	c.Accept(request(0, 1))
+	c.Accept(request(0, 2))
+	done := make(chan struct{})
+	go func() { c.Stop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Stop of a paused customer did not return")
+	}
+	if got := r.got(); !slices.Equal(got, []int{1, 2}) {
+		t.Fatalf("handled %v, want [1 2]", got)
+	}
+}
+
+func TestCustomerConcurrentRequests(t *testing.T) {
+	c := customer.New(0, 0, func(*message.Message) {}, zerolog.Nop())
+	defer c.Stop()
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 200 {
+				ts, err := c.NewRequest(2)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				c.Accept(response(ts, 0))
+				c.Accept(response(ts, 0))
+				if err := c.WaitRequest(ts); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := c.Tracker().Len(); n != 0 {
+		t.Fatalf("tracker Len = %d", n)
+	}
+}

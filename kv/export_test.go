@@ -1,0 +1,18 @@
+package kv
+
+// Test hooks into DefaultHandle's store logic, which Handle wraps with a
+// server response.
+
+// Push applies a push request to the store.
+func (h *DefaultHandle[V]) Push(data KVPairs[V]) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.push(data)
+}
+
+// Pull answers a pull request from the store.
+func (h *DefaultHandle[V]) Pull(keys []uint64) KVPairs[V] {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.pull(keys)
+}
