@@ -1,133 +1,310 @@
-# Shared by local.sh and local_multi_workers.sh (sourced, not run): starts the
-# nodes of a job on this machine and supervises them.
+# shellcheck shell=bash
+# Shared part of local.sh and local_multi_workers.sh; sourced, not run.
 #
-# Caller sets NUM_SERVERS, NUM_WORKERS, BIN, ARGS (array) and calls
-# launch_job MODE, where MODE is "single" (one process per worker, like
-# ps-lite's local.sh) or "multi" (the role is passed as the last argument and
-# one worker process hosts every worker, like local_multi_workers.sh).
+# It starts the processes of a ps-lite job on this machine and supervises
+# them:
 #
-# Environment: DMLC_PS_ROOT_PORT (default: a free port), PS_LOCAL_TIMEOUT
-# (seconds before the job is killed, default 120); everything else (PS_VERBOSE,
-# DMLC_LOCAL, PS_RESEND, ...) passes through to the nodes.
+#   launch_job MODE NUM_SERVERS NUM_WORKERS BIN [ARGS...]
+#
+# MODE "single" starts one scheduler, NUM_SERVERS servers and NUM_WORKERS
+# workers, each a process "BIN ARGS...". MODE "multi" appends the role
+# (scheduler, server, worker) to each process's arguments and starts a single
+# worker process, which hosts all the workers itself.
+#
+# Each process gets DMLC_NUM_SERVER, DMLC_NUM_WORKER, DMLC_PS_ROOT_URI
+# (127.0.0.1), DMLC_PS_ROOT_PORT and its DMLC_ROLE; the rest of the
+# environment (PS_VERBOSE, PS_RESEND, DMLC_LOCAL, ...) passes through.
+#
+# Settings, all from the environment:
+#   DMLC_PS_ROOT_PORT  scheduler port; default: a free port in 20000-60000
+#                      (8000 if none is found)
+#   PS_LOCAL_TIMEOUT   seconds before a job that is still running is killed
+#                      (default 120; 0 means no limit)
+#   PS_LOCAL_GRACE     seconds between SIGTERM and SIGKILL when stopping the
+#                      processes (default 3)
+#
+# launch_job returns 0 when every process exits 0. When one fails (non-zero
+# status, or killed by a signal), it names the process and its status, stops
+# the others and returns that status; on timeout it names the processes still
+# running, stops them and returns 124. SIGINT, SIGTERM or SIGHUP stops every
+# process and exits (130, 143, 129).
+#
+# Each process runs in its own process group, and stopping a process signals
+# its whole group, so helpers it started (a wrapper script's child, say) go
+# too and no orphan is left behind.
+#
+# Needs bash 5.1 or later (wait -n -p).
 
-pids=()
-names=()
+_launch_prog=${0##*/}
+_launch_pids=()  # one per process; each is also its process group id
+_launch_names=() # "scheduler", "server 0", ...
+_launch_done=()  # set once the process has been reaped
+_launch_tick=    # pid of the current polling sleep
 
-free_port() {
-  local p i
-  for i in $(seq 1 50); do
-    p=$((20000 + RANDOM % 40000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      echo "$p"
-      return
+_launch_say() { echo "$_launch_prog: $*" >&2; }
+
+# _launch_to_us SECONDS sets _launch_us to SECONDS (e.g. "2" or "0.5") in
+# microseconds.
+_launch_to_us() {
+  local int=${1%%.*} frac=
+  [[ $1 == *.* ]] && frac=${1#*.}
+  frac=${frac}000000
+  _launch_us=$((10#$int * 1000000 + 10#${frac:0:6}))
+}
+
+# _launch_now sets _launch_us to the current time in microseconds.
+_launch_now() { _launch_us=${EPOCHREALTIME/[.,]/}; }
+
+# _launch_free_port prints a TCP port nobody listens on, or 8000.
+_launch_free_port() {
+  local i p
+  for ((i = 0; i < 100; i++)); do
+    p=$(((RANDOM << 15 | RANDOM) % 40001 + 20000))
+    # A DMLC_LOCAL job names its ipc socket after the port.
+    [ -e "/tmp/$p" ] && continue
+    if command -v ss >/dev/null 2>&1 &&
+      [ -n "$(ss -Hltn "sport = :$p" 2>/dev/null)" ]; then
+      continue
     fi
+    # Something answers on the port: in use.
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && continue
+    echo "$p"
+    return
   done
   echo 8000
 }
 
-kill_all() {
-  local sig=$1 p
-  for p in "${pids[@]}"; do
-    kill "-$sig" "$p" 2>/dev/null
-  done
-}
-
-# stop_all: SIGTERM every node still running, SIGKILL after a grace period.
-stop_all() {
-  kill_all TERM
-  local i
-  for i in $(seq 1 20); do
-    local alive=0 p
-    for p in "${pids[@]}"; do
-      kill -0 "$p" 2>/dev/null && alive=1
-    done
-    [ $alive = 0 ] && return
-    sleep 0.1
-  done
-  kill_all KILL
-}
-
-stop_watchdog() {
-  pkill -P "$watchdog" 2>/dev/null
-  kill "$watchdog" 2>/dev/null
-}
-
-start_node() { # name role [extra args]
+# _launch_start NAME ROLE [EXTRA ARGS...] starts one process in a process
+# group of its own (job control is on for the fork only), stdin /dev/null.
+_launch_start() {
   local name=$1 role=$2
   shift 2
-  DMLC_ROLE=$role "$BIN" "${ARGS[@]}" "$@" &
-  pids+=($!)
-  names+=("$name")
+  set -m
+  DMLC_ROLE=$role "$_launch_bin" "${_launch_args[@]}" "$@" </dev/null &
+  _launch_pids+=($!)
+  set +m
+  _launch_names+=("$name")
+}
+
+# _launch_signal SIG sends SIG to the process group of every process, also
+# those already reaped, for what they may have left behind.
+_launch_signal() {
+  local pid
+  for pid in "${_launch_pids[@]}"; do
+    kill "-$1" -- "-$pid" 2>/dev/null
+  done
+}
+
+# _launch_next [DEADLINE_US] waits until a process exits or DEADLINE_US (an
+# EPOCHREALTIME in microseconds) passes. It sets _launch_idx to the index of
+# the process that exited, -1 at the deadline, or -2 when every process has
+# exited; and _launch_rc to the exit status.
+#
+# wait -n alone is not enough: bash drops a background job killed by a
+# signal from its job table once it has reaped it, after which wait -n no
+# longer knows it (plain "wait PID" still returns its status). So the loop
+# looks for processes that are gone with kill -0 first, and blocks in wait -n
+# for at most half a second at a time, with a sleep as a ticker.
+_launch_next() {
+  local deadline=${1:-} i pid rc live
+  while :; do
+    live=()
+    for i in "${!_launch_pids[@]}"; do
+      [ -n "${_launch_done[i]:-}" ] && continue
+      pid=${_launch_pids[i]}
+      if ! kill -0 "$pid" 2>/dev/null; then
+        wait "$pid" 2>/dev/null
+        _launch_rc=$?
+        _launch_done[i]=1
+        _launch_idx=$i
+        return 0
+      fi
+      live+=("$pid")
+    done
+    if [ ${#live[@]} -eq 0 ]; then
+      _launch_idx=-2
+      return 0
+    fi
+    _launch_now
+    if [ -n "$deadline" ] && [ "$_launch_us" -ge "$deadline" ]; then
+      _launch_idx=-1
+      return 0
+    fi
+    if [ -n "$_launch_tick" ] && ! kill -0 "$_launch_tick" 2>/dev/null; then
+      wait "$_launch_tick" 2>/dev/null
+      _launch_tick=
+    fi
+    if [ -z "$_launch_tick" ]; then
+      # Own process group: a terminal's ^C is for this shell, not the ticker.
+      set -m
+      sleep 0.5 </dev/null &
+      _launch_tick=$!
+      set +m
+    fi
+    pid=
+    wait -n -p pid "${live[@]}" "$_launch_tick" 2>/dev/null
+    rc=$?
+    [ -z "$pid" ] && continue # a signal whose trap returned, or a lost job
+    if [ "$pid" = "$_launch_tick" ]; then
+      _launch_tick=
+      continue
+    fi
+    for i in "${!_launch_pids[@]}"; do
+      if [ "${_launch_pids[i]}" = "$pid" ]; then
+        _launch_done[i]=1
+        _launch_idx=$i
+        _launch_rc=$rc
+        return 0
+      fi
+    done
+  done
+}
+
+# _launch_stop sends SIGTERM to every process, waits up to PS_LOCAL_GRACE
+# seconds for them to exit, then sends SIGKILL, and reaps them all.
+_launch_stop() {
+  local i killed=
+  _launch_signal TERM
+  _launch_to_us "$_launch_grace"
+  local grace=$_launch_us
+  _launch_now
+  local deadline=$((_launch_us + grace))
+  while :; do
+    _launch_next "$deadline"
+    [ "$_launch_idx" -eq -2 ] && break
+    [ "$_launch_idx" -ge 0 ] && continue
+    if [ -n "$killed" ]; then
+      for i in "${!_launch_pids[@]}"; do
+        [ -n "${_launch_done[i]:-}" ] ||
+          _launch_say "${_launch_names[i]} (pid ${_launch_pids[i]}) survives SIGKILL; giving up on it"
+      done
+      break
+    fi
+    for i in "${!_launch_pids[@]}"; do
+      [ -n "${_launch_done[i]:-}" ] ||
+        _launch_say "${_launch_names[i]} (pid ${_launch_pids[i]}) still running ${_launch_grace}s after SIGTERM; sending SIGKILL"
+    done
+    _launch_signal KILL
+    killed=1
+    _launch_now
+    deadline=$((_launch_us + 5000000))
+  done
+  # Leftovers in the groups of processes that exited by themselves.
+  _launch_signal KILL
+}
+
+_launch_cleanup() {
+  [ -n "$_launch_tick" ] && kill "$_launch_tick" 2>/dev/null
+  _launch_signal KILL
+}
+
+_launch_interrupted() {
+  trap '' INT TERM HUP
+  _launch_say "caught SIG$1; stopping every process"
+  _launch_stop
+  exit "$2"
 }
 
 launch_job() {
-  local mode=$1
-  export DMLC_NUM_SERVER=$NUM_SERVERS
-  export DMLC_NUM_WORKER=$NUM_WORKERS
-  export DMLC_PS_ROOT_URI=${DMLC_PS_ROOT_URI:-127.0.0.1}
-  export DMLC_PS_ROOT_PORT=${DMLC_PS_ROOT_PORT:-$(free_port)}
-  local timeout=${PS_LOCAL_TIMEOUT:-120}
+  if [ $# -lt 4 ]; then
+    _launch_say "launch_job: too few arguments"
+    return 2
+  fi
+  if ((BASH_VERSINFO[0] < 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] < 1))); then
+    _launch_say "needs bash 5.1 or later, this is $BASH_VERSION"
+    return 2
+  fi
+  local mode=$1 num_servers=$2 num_workers=$3
+  _launch_bin=$4
+  shift 4
+  _launch_args=("$@")
 
-  trap 'echo "local: interrupted, stopping the job" >&2; stop_all; stop_watchdog; exit 130' INT TERM
-  # The watchdog signals this shell when the time is up; the signal also
-  # interrupts the wait below.
-  timed_out=0
-  trap 'timed_out=1' USR1
-  (sleep "$timeout" && kill -USR1 $$) 2>/dev/null &
-  watchdog=$!
-
-  local extra=()
-  [ "$mode" = multi ] && extra=(scheduler)
-  start_node scheduler scheduler "${extra[@]}"
-  local i
-  for ((i = 0; i < NUM_SERVERS; i++)); do
-    [ "$mode" = multi ] && extra=(server)
-    start_node "server $i" server "${extra[@]}"
+  local v
+  for v in "$num_servers" "$num_workers"; do
+    if ! [[ $v =~ ^[0-9]+$ ]]; then
+      _launch_say "NUM_SERVERS and NUM_WORKERS must be whole numbers, got '$v'"
+      return 2
+    fi
   done
+  if ! command -v -- "$_launch_bin" >/dev/null 2>&1; then
+    _launch_say "$_launch_bin: no such program"
+    return 2
+  fi
+  local timeout=${PS_LOCAL_TIMEOUT:-120}
+  _launch_grace=${PS_LOCAL_GRACE:-3}
+  for v in "$timeout" "$_launch_grace"; do
+    if ! [[ $v =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
+      _launch_say "PS_LOCAL_TIMEOUT and PS_LOCAL_GRACE must be seconds, got '$v'"
+      return 2
+    fi
+  done
+  if [ -n "${DMLC_PS_ROOT_PORT:-}" ] && ! [[ $DMLC_PS_ROOT_PORT =~ ^[0-9]+$ ]]; then
+    _launch_say "DMLC_PS_ROOT_PORT must be a port number, got '$DMLC_PS_ROOT_PORT'"
+    return 2
+  fi
+
+  export DMLC_NUM_SERVER=$num_servers
+  export DMLC_NUM_WORKER=$num_workers
+  export DMLC_PS_ROOT_URI=127.0.0.1
+  export DMLC_PS_ROOT_PORT=${DMLC_PS_ROOT_PORT:-$(_launch_free_port)}
+  [ "${PS_VERBOSE:-0}" != 0 ] &&
+    _launch_say "scheduler at $DMLC_PS_ROOT_URI:$DMLC_PS_ROOT_PORT, $num_servers servers, $num_workers workers"
+
+  trap '_launch_interrupted INT 130' INT
+  trap '_launch_interrupted TERM 143' TERM
+  trap '_launch_interrupted HUP 129' HUP
+  trap _launch_cleanup EXIT
+
+  local deadline=
+  if ! [[ $timeout =~ ^0+(\.0+)?$ ]]; then
+    _launch_to_us "$timeout"
+    local span=$_launch_us
+    _launch_now
+    deadline=$((_launch_us + span))
+  fi
+
+  local i
   if [ "$mode" = multi ]; then
-    start_node "worker process" worker worker
+    _launch_start scheduler scheduler scheduler
+    for ((i = 0; i < num_servers; i++)); do
+      _launch_start "server $i" server server
+    done
+    _launch_start "worker process" worker worker
   else
-    for ((i = 0; i < NUM_WORKERS; i++)); do
-      start_node "worker $i" worker
+    _launch_start scheduler scheduler
+    for ((i = 0; i < num_servers; i++)); do
+      _launch_start "server $i" server
+    done
+    for ((i = 0; i < num_workers; i++)); do
+      _launch_start "worker $i" worker
     done
   fi
 
-  # Supervise: reap nodes as they exit; the first failure or the timeout
-  # stops the rest.
-  local running=${#pids[@]} failed=0
-  local done_=()
-  while [ "$running" -gt 0 ]; do
-    if [ $timed_out = 1 ]; then
-      echo "local: job still running after ${timeout}s (PS_LOCAL_TIMEOUT); killing it" >&2
-      for i in "${!pids[@]}"; do
-        [ -z "${done_[$i]:-}" ] && kill -0 "${pids[$i]}" 2>/dev/null && echo "local: ${names[$i]} (pid ${pids[$i]}) hung" >&2
+  while :; do
+    _launch_next "$deadline"
+    case $_launch_idx in
+    -2) # every process exited 0
+      return 0
+      ;;
+    -1)
+      _launch_say "timed out after ${timeout}s (PS_LOCAL_TIMEOUT); still running:"
+      for i in "${!_launch_pids[@]}"; do
+        [ -n "${_launch_done[i]:-}" ] || _launch_say "  ${_launch_names[i]} (pid ${_launch_pids[i]})"
       done
-      stop_all
-      wait "${pids[@]}" 2>/dev/null
+      _launch_stop
       return 124
-    fi
-    local exited=
-    wait -n -p exited "${pids[@]}" 2>/dev/null
-    local rc=$?
-    [ -z "$exited" ] && continue # interrupted by the watchdog
-
-    for i in "${!pids[@]}"; do
-      if [ "${pids[$i]}" = "$exited" ]; then
-        done_[$i]=1
-        if [ $rc -ne 0 ]; then
-          echo "local: ${names[$i]} exited with status $rc; stopping the job" >&2
-          failed=$rc
+      ;;
+    *)
+      if [ "$_launch_rc" -ne 0 ]; then
+        local rc=$_launch_rc what="status $_launch_rc"
+        if [ "$rc" -gt 128 ] && v=$(kill -l "$((rc - 128))" 2>/dev/null); then
+          what="$what, i.e. SIG$v"
         fi
+        _launch_say "${_launch_names[_launch_idx]} (pid ${_launch_pids[_launch_idx]}) exited with $what; stopping the other processes"
+        _launch_stop
+        return "$rc"
       fi
-    done
-    running=$((running - 1))
-    if [ $failed -ne 0 ]; then
-      stop_all
-      wait "${pids[@]}" 2>/dev/null
-      stop_watchdog
-      return $failed
-    fi
+      ;;
+    esac
   done
-  stop_watchdog
-  return 0
 }

@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
 # Runs a ps-lite job on this machine: one scheduler, NUM_SERVERS servers and
-# NUM_WORKERS workers, each a process of BIN with ARGS.
+# NUM_WORKERS workers, each a process "BIN ARGS...", started in that order in
+# the background.
 #
 #   usage: scripts/local.sh NUM_SERVERS NUM_WORKERS BIN [ARGS...]
+#   e.g.   PS_VERBOSE=1 scripts/local.sh 2 2 build/test_kv_app
 #
-# Exits 0 when every node exits 0. When a node fails, the others are stopped
-# and the script exits with that node's status; a job still running after
-# PS_LOCAL_TIMEOUT seconds (default 120) is killed (exit 124). The scheduler
-# port is DMLC_PS_ROOT_PORT when set, else a free port.
+# Every process gets DMLC_NUM_SERVER, DMLC_NUM_WORKER, DMLC_PS_ROOT_URI
+# (127.0.0.1), DMLC_PS_ROOT_PORT and its DMLC_ROLE; the rest of the caller's
+# environment (PS_VERBOSE, PS_RESEND, DMLC_LOCAL, ...) passes through. Their
+# output goes straight to this script's stdout and stderr.
+#
+# Environment:
+#   DMLC_PS_ROOT_PORT  scheduler port (default: a free port)
+#   PS_LOCAL_TIMEOUT   seconds before a running job is killed (default 120,
+#                      0 = no limit); the script then exits 124
+#   PS_LOCAL_GRACE     seconds from SIGTERM to SIGKILL when stopping (default 3)
+#
+# Exits 0 when every process exits 0. When one fails, the script names it,
+# stops the others and exits with its status. Interrupting the script stops
+# every process.
 if [ $# -lt 3 ]; then
   echo "usage: $0 NUM_SERVERS NUM_WORKERS BIN [ARGS...]" >&2
   exit 2
 fi
-NUM_SERVERS=$1
-NUM_WORKERS=$2
-BIN=$3
-shift 3
-ARGS=("$@")
-source "$(dirname "$0")/_launch.sh"
-launch_job single
+source "$(dirname "${BASH_SOURCE[0]}")/_launch.sh" || exit 2
+launch_job single "$@"
+exit $?

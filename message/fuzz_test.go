@@ -1,0 +1,123 @@
+package message
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"testing"
+)
+
+// FuzzDecode feeds Decode arbitrary bytes: it must never panic, every error
+// must wrap ErrBadMeta, and whatever it accepts must survive Encode.
+//
+// Encode does not write everything Decode can read, so one Encode/Decode
+// cycle normalises a meta: an explicit kEmpty app_id or timestamp, an empty
+// body, a control with cmd EMPTY (dropped entirely), barrier_group outside
+// BARRIER and msg_sig outside ACK are lost, and unknown fields too. So the
+// check is: the first cycle keeps every field Encode writes, and from then on
+// the meta and its bytes are a fixed point.
+//
+//	go test -run XXX -fuzz FuzzDecode -fuzztime 60s ./message/
+func FuzzDecode(f *testing.F) {
+	for _, c := range wireCases {
+		f.Add(c.wire)
+	}
+	for _, cmd := range []Command{CmdTerminate, CmdHeartbeat} {
+		m := NewMeta()
+		m.Control.Cmd = cmd
+		m.Control.Nodes = []Node{{Role: RoleServer, ID: 8, Hostname: "host", Port: 1234, IsRecovery: true, CustomerID: 1}}
+		wire, err := Encode(&m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(wire)
+	}
+	f.Add([]byte{})
+	f.Add(b(0x1a, 0x02, 0x08, 0x00, 0x38, 0xff, 0xff, 0xff, 0xff, 0x07)) // control cmd EMPTY, app_id kEmpty
+	f.Add(b(0x12, 0x00, 0x1a, 0x04, 0x08, 0x01, 0x18, 0x05))             // empty body; TERMINATE with barrier_group
+	f.Add(b(0x48, 0x08, 0x4a, 0x01, 0x09))                               // unpacked then packed data_type
+
+	f.Fuzz(func(t *testing.T, in []byte) {
+		m1, err := Decode(in)
+		if err != nil {
+			if !errors.Is(err, ErrBadMeta) {
+				t.Fatalf("error %v does not wrap ErrBadMeta", err)
+			}
+			return
+		}
+		if m1.Sender != Empty || m1.Recver != Empty {
+			t.Fatalf("sender %d, recver %d: want Empty", m1.Sender, m1.Recver)
+		}
+		w1, err := Encode(&m1)
+		if err != nil {
+			t.Fatalf("Encode of a decoded meta %+v: %v", m1, err)
+		}
+		m2, err := Decode(w1)
+		if err != nil {
+			t.Fatalf("Decode(Encode(m)) failed: %v\nm = %+v\nwire % x", err, m1, w1)
+		}
+		checkWrittenFields(t, m1, m2)
+
+		w2, err := Encode(&m2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(w1, w2) {
+			t.Fatalf("encoding not stable:\n% x\n% x", w1, w2)
+		}
+		m3, err := Decode(w2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(m2, m3) {
+			t.Fatalf("decoding not stable:\n%+v\n%+v", m2, m3)
+		}
+	})
+}
+
+// checkWrittenFields checks that m2 = Decode(Encode(m1)) agrees with m1 on
+// every field Encode writes, and holds the zero value for the ones it drops.
+func checkWrittenFields(t *testing.T, m1, m2 Meta) {
+	t.Helper()
+	type scalars struct {
+		Head, AppID, CustomerID, Timestamp, Sender, Recver int32
+		Request, Push, Pull, SimpleApp                     bool
+		DataSize, Priority                                 int32
+	}
+	s := func(m Meta) scalars {
+		return scalars{m.Head, m.AppID, m.CustomerID, m.Timestamp, m.Sender, m.Recver,
+			m.Request, m.Push, m.Pull, m.SimpleApp, m.DataSize, m.Priority}
+	}
+	if s(m1) != s(m2) {
+		t.Fatalf("scalar fields changed:\n%+v\n%+v", s(m1), s(m2))
+	}
+	if !bytes.Equal(m1.Body, m2.Body) {
+		t.Fatalf("body changed: %q -> %q", m1.Body, m2.Body)
+	}
+	if len(m1.DataTypes) != len(m2.DataTypes) || (len(m1.DataTypes) > 0 && !reflect.DeepEqual(m1.DataTypes, m2.DataTypes)) {
+		t.Fatalf("data types changed: %v -> %v", m1.DataTypes, m2.DataTypes)
+	}
+	if !m1.IsControl() {
+		if !reflect.DeepEqual(m2.Control, Control{}) {
+			t.Fatalf("a data meta came back with control %+v", m2.Control)
+		}
+		return
+	}
+	c1, c2 := m1.Control, m2.Control
+	if c1.Cmd != c2.Cmd {
+		t.Fatalf("command changed: %v -> %v", c1.Cmd, c2.Cmd)
+	}
+	if len(c1.Nodes) != len(c2.Nodes) || (len(c1.Nodes) > 0 && !reflect.DeepEqual(c1.Nodes, c2.Nodes)) {
+		t.Fatalf("nodes changed:\n%+v\n%+v", c1.Nodes, c2.Nodes)
+	}
+	wantGroup, wantSig := int32(0), uint64(0)
+	if c1.Cmd == CmdBarrier {
+		wantGroup = c1.BarrierGroup
+	}
+	if c1.Cmd == CmdAck {
+		wantSig = c1.MsgSig
+	}
+	if c2.BarrierGroup != wantGroup || c2.MsgSig != wantSig {
+		t.Fatalf("%v: barrier_group %d, msg_sig %d; want %d, %d", c1.Cmd, c2.BarrierGroup, c2.MsgSig, wantGroup, wantSig)
+	}
+}
