@@ -3,6 +3,7 @@ package postoffice_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -123,5 +124,22 @@ func TestUnreachableSchedulerFailsAndFinalizes(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("start and finalize took %v", d)
+	}
+}
+
+func TestSchedulerTimeoutNamesMissingNodes(t *testing.T) {
+	c := testcluster.New(t, 2, 1, testcluster.Options{Mem: true, NoStart: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	var schedErr error
+	testcluster.Each([]*postoffice.Postoffice{c.Scheduler, c.Servers[0]}, func(p *postoffice.Postoffice) error {
+		err := p.Start(ctx, 0, true)
+		if p == c.Scheduler {
+			schedErr = err
+		}
+		return err
+	})
+	if schedErr == nil || !strings.Contains(schedErr.Error(), "missing 1 of 2 servers and 1 of 1 workers") {
+		t.Errorf("scheduler error = %v", schedErr)
 	}
 }

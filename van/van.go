@@ -9,6 +9,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -102,7 +103,10 @@ type Van struct {
 	heartbeats map[int]time.Time
 	startTime  time.Time
 
-	dropRate  atomic.Int32 // percent of received messages to drop once ready
+	dropRate    atomic.Int32   // percent of received messages to drop once ready
+	regMu       sync.Mutex     // guards regSnapshot
+	regSnapshot []message.Node // what the scheduler has registered, for errors
+
 	sendBytes atomic.Int64
 	recvBytes atomic.Int64
 
@@ -229,9 +233,34 @@ func (v *Van) Start(ctx context.Context, customerID int) error {
 	case <-v.recvDone:
 		return ErrStopped
 	case <-ctx.Done():
-		return fmt.Errorf("van: %s at %s:%d did not join the job (scheduler %s:%d, %d servers, %d workers): %w",
+		if v.cfg.Role == message.RoleScheduler {
+			return fmt.Errorf("van: the job did not fill up: %s: %w", v.registrationStatus(), ctx.Err())
+		}
+		return fmt.Errorf("van: %s at %s:%d did not join the job (scheduler %s:%d unreachable, or the job has not filled up: %d servers, %d workers expected): %w",
 			v.cfg.Role, v.cfg.Host, v.MyNode().Port, v.cfg.SchedulerHost, v.cfg.SchedulerPort, v.cfg.NumServers, v.cfg.NumWorkers, ctx.Err())
 	}
+}
+
+// registrationStatus says which nodes have registered with the scheduler
+// and how many of each role are missing.
+func (v *Van) registrationStatus() string {
+	v.regMu.Lock()
+	defer v.regMu.Unlock()
+	servers, workers := 0, 0
+	var seen []string
+	for _, n := range v.regSnapshot {
+		if n.Role == message.RoleServer {
+			servers++
+		} else if n.Role == message.RoleWorker {
+			workers++
+		}
+		seen = append(seen, fmt.Sprintf("%s %s", n.Role, n.Addr()))
+	}
+	if len(seen) == 0 {
+		seen = []string{"none"}
+	}
+	return fmt.Sprintf("missing %d of %d servers and %d of %d workers (registered: %s)",
+		v.cfg.NumServers-servers, v.cfg.NumServers, v.cfg.NumWorkers-workers, v.cfg.NumWorkers, strings.Join(seen, ", "))
 }
 
 func (v *Van) init() error {
@@ -535,6 +564,9 @@ func (v *Van) schedulerAddNode(msg *message.Message) {
 	if len(v.rs.registered) < total {
 		n.ID = emptyID
 		v.rs.registered = append(v.rs.registered, n)
+		v.regMu.Lock()
+		v.regSnapshot = append([]message.Node(nil), v.rs.registered...)
+		v.regMu.Unlock()
 		v.log.Info().Str("node", n.String()).Int("have", len(v.rs.registered)).Int("want", total).Msg("node registered")
 		if len(v.rs.registered) == total {
 			v.assignIDs()
