@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gopslite/pslite/message"
+	"github.com/gopslite/pslite/van"
 )
 
 // Config is a node's view of its job. ConfigFromEnv fills it from the
@@ -52,6 +53,9 @@ type Config struct {
 	// ResendMaxRetry is PS_RESEND_MAX_RETRY, the resends before a request
 	// fails (default 20).
 	ResendMaxRetry int
+	// Curve, when set (PS_CURVE_PUBLIC_KEY and PS_CURVE_SECRET_KEY, the
+	// job's key pair in Z85), encrypts and authenticates every connection.
+	Curve *van.CurveKeys
 }
 
 // ErrConfig wraps every configuration error.
@@ -115,6 +119,14 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	c.Resend = intVar("PS_RESEND", 0, 0, 1<<30, false) != 0
 	c.ResendTimeout = time.Duration(intVar("PS_RESEND_TIMEOUT", 1000, 1, 1<<30, false)) * time.Millisecond
 	c.ResendMaxRetry = intVar("PS_RESEND_MAX_RETRY", 20, 1, 1<<20, false)
+	if pub, sec := get("PS_CURVE_PUBLIC_KEY"), get("PS_CURVE_SECRET_KEY"); pub != "" || sec != "" {
+		keys := van.CurveKeys{Public: pub, Secret: sec}
+		if err := keys.Check(); err != nil {
+			errs = append(errs, "PS_CURVE_PUBLIC_KEY/PS_CURVE_SECRET_KEY: "+err.Error())
+		} else {
+			c.Curve = &keys
+		}
+	}
 	if vt := get("DMLC_PS_VAN_TYPE"); vt != "" && vt != "zmq" {
 		errs = append(errs, fmt.Sprintf("DMLC_PS_VAN_TYPE=%q is not supported (only zmq)", vt))
 	}

@@ -88,6 +88,8 @@ func New(cfg Config, opts ...Option) (*Postoffice, error) {
 			Local:     cfg.Local,
 			WaterMark: cfg.WaterMark,
 			BindAll:   cfg.Kubernetes && cfg.Role == message.RoleScheduler,
+			Curve:     cfg.Curve,
+			Log:       log,
 		})
 		if err != nil {
 			return nil, err

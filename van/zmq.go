@@ -9,6 +9,7 @@ import (
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
+	"github.com/rs/zerolog"
 )
 
 // ZMQOptions configures a ZMQTransport.
@@ -29,6 +30,11 @@ type ZMQOptions struct {
 	Linger time.Duration
 	// IOThreads is the number of ZeroMQ I/O threads; 0 means 1.
 	IOThreads int
+	// Curve, when set, encrypts and authenticates every connection with
+	// the job's CURVE key pair.
+	Curve *CurveKeys
+	// Log receives the transport's own warnings (refused connections).
+	Log zerolog.Logger
 }
 
 // ZMQTransport is the ZeroMQ transport of C++ ps-lite: one ROUTER socket
@@ -45,6 +51,8 @@ type ZMQTransport struct {
 	peersMu sync.RWMutex // guards the peers map, not the sockets
 	peers   map[int]*zmqPeer
 	closed  bool
+
+	guard *curveGuard // nil without CURVE
 }
 
 type zmqPeer struct {
@@ -76,7 +84,28 @@ func NewZMQTransport(opts ZMQOptions) (*ZMQTransport, error) {
 			return nil, fmt.Errorf("van: zmq io threads: %w", err)
 		}
 	}
-	return &ZMQTransport{opts: opts, ctx: ctx, peers: make(map[int]*zmqPeer)}, nil
+	t := &ZMQTransport{opts: opts, ctx: ctx, peers: make(map[int]*zmqPeer)}
+	if opts.Curve != nil {
+		if err := opts.Curve.Check(); err != nil {
+			ctx.Term()
+			return nil, fmt.Errorf("van: %w", err)
+		}
+		g, err := startCurveGuard(ctx, *opts.Curve, opts.Log)
+		if err != nil {
+			ctx.Term()
+			return nil, err
+		}
+		t.guard = g
+	}
+	return t, nil
+}
+
+// Refused returns how many connections CURVE authentication refused.
+func (t *ZMQTransport) Refused() int64 {
+	if t.guard == nil {
+		return 0
+	}
+	return t.guard.refused.Load()
 }
 
 func (t *ZMQTransport) endpoint(host string, port int) string {
@@ -100,6 +129,16 @@ func (t *ZMQTransport) Bind(host string, port, maxRetry int) (int, error) {
 		return 0, fmt.Errorf("van: receive timeout: %w", err)
 	}
 	sock.SetLinger(0)
+	if c := t.opts.Curve; c != nil {
+		if err := errors.Join(sock.SetZapDomain(zapDomain), sock.SetCurveServer(1), sock.SetCurveSecretkey(c.Secret)); err != nil {
+			sock.Close()
+			return 0, fmt.Errorf("van: CURVE server: %w", err)
+		}
+		if err := t.guard.watch(t.ctx, sock, "receiver"); err != nil {
+			sock.Close()
+			return 0, err
+		}
+	}
 	if host == "" || t.opts.BindAll {
 		host = "*"
 	}
@@ -138,6 +177,12 @@ func (t *ZMQTransport) Connect(id int, host string, port int, identity string) e
 		}
 	}
 	sock.SetLinger(t.opts.Linger)
+	if c := t.opts.Curve; c != nil {
+		if err := errors.Join(sock.SetCurveServerkey(c.Public), sock.SetCurvePublickey(c.Public), sock.SetCurveSecretkey(c.Secret)); err != nil {
+			sock.Close()
+			return fmt.Errorf("van: CURVE client: %w", err)
+		}
+	}
 	addr := t.endpoint(host, port)
 	if err := sock.Connect(addr); err != nil {
 		sock.Close()
@@ -256,6 +301,9 @@ func (t *ZMQTransport) Close() error {
 	if t.router != nil {
 		t.router.Close()
 		t.router = nil
+	}
+	if t.guard != nil {
+		t.guard.close()
 	}
 	return t.ctx.Term()
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/ps"
 )
 
@@ -17,12 +18,20 @@ func Check(err error, what string) {
 
 // Failf prints a message naming the node and exits with status 1.
 func Failf(format string, args ...any) {
-	role := os.Getenv("DMLC_ROLE")
-	fmt.Fprintf(os.Stderr, "FAIL [%s rank %d]: %s\n", role, ps.MyRank(), fmt.Sprintf(format, args...))
+	fmt.Fprintf(os.Stderr, "FAIL [%s]: %s\n", who(), fmt.Sprintf(format, args...))
 	os.Exit(1)
 }
 
 // Logf prints a line prefixed with the node's role and rank.
 func Logf(format string, args ...any) {
-	fmt.Printf("[%s %d] %s\n", os.Getenv("DMLC_ROLE"), ps.MyRank(), fmt.Sprintf(format, args...))
+	fmt.Printf("[%s] %s\n", who(), fmt.Sprintf(format, args...))
+}
+
+// who names the node: its role, and its rank once it has one.
+func who() string {
+	role := os.Getenv("DMLC_ROLE")
+	if p, err := ps.Node(); err == nil && p.MyID() != message.Empty {
+		return fmt.Sprintf("%s %d", role, p.MyRank())
+	}
+	return role
 }
