@@ -3,6 +3,7 @@ package customer
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rs/zerolog"
 
@@ -26,6 +27,18 @@ type Customer struct {
 	stopOnce   sync.Once
 	resume     chan struct{} // closed when a paused customer may start handling
 	resumeOnce sync.Once
+	nodeDown   atomic.Pointer[func(id int)]
+}
+
+// SetNodeDownHandler sets a function told when a node this customer may be
+// waiting on is gone (see postoffice).
+func (c *Customer) SetNodeDownHandler(f func(id int)) { c.nodeDown.Store(&f) }
+
+// NodeDown tells the customer's node-down handler, if any, that node id is gone.
+func (c *Customer) NodeDown(id int) {
+	if f := c.nodeDown.Load(); f != nil {
+		(*f)(id)
+	}
 }
 
 // Option configures a Customer.

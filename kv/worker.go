@@ -2,6 +2,7 @@ package kv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -46,11 +47,19 @@ func collect(opts []Option) reqOptions {
 type KVWorker[V message.Value] struct {
 	*SimpleApp
 
-	mu        sync.Mutex // guards callbacks, pulls and slicer
+	mu        sync.Mutex // guards callbacks, pulls, waiting and slicer
 	callbacks map[int]func() error
 	pulls     map[int][]KVPairs[V]
-	slicer    Slicer[V]
+	// waiting holds, per unfinished request, the ranks of the servers that
+	// have not answered yet, so that a lost server fails exactly the
+	// requests that wait on it.
+	waiting map[int]map[int]struct{}
+	slicer  Slicer[V]
 }
+
+// ErrServerLost is the error of requests waiting on a server whose
+// connection dropped while resending is off.
+var ErrServerLost = errors.New("kv: server lost")
 
 // NewKVWorker registers a worker as customer (appID, customerID).
 func NewKVWorker[V message.Value](po *postoffice.Postoffice, appID, customerID int) (*KVWorker[V], error) {
@@ -58,9 +67,36 @@ func NewKVWorker[V message.Value](po *postoffice.Postoffice, appID, customerID i
 		SimpleApp: newSimpleApp(po),
 		callbacks: make(map[int]func() error),
 		pulls:     make(map[int][]KVPairs[V]),
+		waiting:   make(map[int]map[int]struct{}),
 		slicer:    DefaultSlicer[V],
 	}
-	return w, w.register(appID, customerID, w.process)
+	if err := w.register(appID, customerID, w.process); err != nil {
+		return nil, err
+	}
+	w.cust.SetNodeDownHandler(w.nodeDown)
+	return w, nil
+}
+
+// nodeDown fails the requests still waiting on server id.
+func (w *KVWorker[V]) nodeDown(id int) {
+	if id < 8 || id%2 != 0 {
+		return // not a server
+	}
+	rank := message.IDToRank(id)
+	var lost []int
+	w.mu.Lock()
+	for ts, ranks := range w.waiting {
+		if _, ok := ranks[rank]; ok {
+			lost = append(lost, ts)
+		}
+	}
+	w.mu.Unlock()
+	for _, ts := range lost {
+		err := fmt.Errorf("%w: server %d (node %d) disconnected before answering request %d", ErrServerLost, rank, id, ts)
+		w.log().Warn().Err(err).Msg("failing the request")
+		w.dropRequest(ts)
+		w.cust.Tracker().Fail(ts, err)
+	}
 }
 
 // SetSlicer replaces the function that splits requests over servers.
@@ -185,17 +221,23 @@ func (w *KVWorker[V]) send(push, pull bool, o reqOptions, kvs KVPairs[V], dest *
 	case o.cb != nil:
 		cb = func() error { o.cb(); return nil }
 	}
-	if cb != nil {
-		w.mu.Lock()
-		w.callbacks[ts] = cb
-		w.mu.Unlock()
-	}
 	skipped := 0
-	for _, p := range parts {
+	ranks := make(map[int]struct{}, len(parts))
+	for i, p := range parts {
 		if len(p.Keys) == 0 {
 			skipped++
+		} else {
+			ranks[i] = struct{}{}
 		}
 	}
+	w.mu.Lock()
+	if cb != nil {
+		w.callbacks[ts] = cb
+	}
+	if len(ranks) > 0 {
+		w.waiting[ts] = ranks
+	}
+	w.mu.Unlock()
 	if skipped == len(parts) {
 		w.runCallback(ts)
 		w.cust.AddResponse(ts, skipped)
@@ -235,6 +277,7 @@ func (w *KVWorker[V]) dropRequest(ts int) {
 	w.mu.Lock()
 	delete(w.callbacks, ts)
 	delete(w.pulls, ts)
+	delete(w.waiting, ts)
 	w.mu.Unlock()
 }
 
@@ -259,6 +302,14 @@ func (w *KVWorker[V]) process(msg *message.Message) {
 		return
 	}
 	ts := int(msg.Meta.Timestamp)
+	w.mu.Lock()
+	if ranks, ok := w.waiting[ts]; ok {
+		delete(ranks, message.IDToRank(int(msg.Meta.Sender)))
+		if len(ranks) == 0 {
+			delete(w.waiting, ts)
+		}
+	}
+	w.mu.Unlock()
 	if msg.Meta.Pull {
 		kvs, err := decodeKVs[V](msg, true)
 		if err == nil && len(kvs.Keys) == 0 {

@@ -385,6 +385,20 @@ func (h *handler) HandleSendFailure(msg *message.Message, err error) {
 	}
 }
 
+// HandleNodeDown tells every customer that node id is gone.
+func (h *handler) HandleNodeDown(id int) {
+	p := (*Postoffice)(h)
+	p.mu.Lock()
+	custs := make([]*customer.Customer, 0, len(p.customers))
+	for _, c := range p.customers {
+		custs = append(custs, c)
+	}
+	p.mu.Unlock()
+	for _, c := range custs {
+		c.NodeDown(id)
+	}
+}
+
 func (h *handler) HandleBarrierDone(*message.Message) {
 	p := (*Postoffice)(h)
 	p.barrierMu.Lock()

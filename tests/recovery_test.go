@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -93,4 +94,63 @@ func TestServerKilledAndRestarted(t *testing.T) {
 		t.Errorf("server counts %d and %d, want one %d and one in [1, %d)\n%s", a, b, rounds, rounds, log)
 	}
 	t.Logf("job finished %v after the kill; the surviving server holds %d rounds, the replacement %d", time.Since(killedAt).Round(time.Millisecond), full, partial)
+}
+
+// Without resending, a worker waiting on a server that dies gets an error
+// from Wait (and test_recovery exits saying so) instead of hanging.
+func TestServerKilledWithoutResend(t *testing.T) {
+	env := append(os.Environ(),
+		"DMLC_NUM_SERVER=2", "DMLC_NUM_WORKER=1",
+		"DMLC_PS_ROOT_URI=127.0.0.1", fmt.Sprintf("DMLC_PS_ROOT_PORT=%d", testcluster.FreePort(t)),
+		"PS_START_TIMEOUT=60")
+	var out bytes.Buffer
+	var mu sync.Mutex
+	start := func(role string) *exec.Cmd {
+		cmd := exec.Command(bin("test_recovery"), "-rounds", "400", "-pause", "20ms")
+		cmd.Env = append(env, "DMLC_ROLE="+role)
+		w := &lockedWriter{mu: &mu, w: &out}
+		cmd.Stdout, cmd.Stderr = w, w
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	procs := []*exec.Cmd{start("scheduler"), start("server"), start("server"), start("worker")}
+	defer func() {
+		for _, p := range procs {
+			p.Process.Kill()
+			p.Wait()
+		}
+	}()
+	time.Sleep(time.Second)
+	procs[2].Process.Signal(syscall.SIGKILL)
+	killed := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- procs[3].Wait() }()
+	select {
+	case err := <-done:
+		mu.Lock()
+		log := out.String()
+		mu.Unlock()
+		if err == nil {
+			t.Fatalf("worker exited 0 although a server died\n%s", log)
+		}
+		if !strings.Contains(log, "server lost") && !strings.Contains(log, "connection to node lost") {
+			t.Errorf("worker failed without saying the server was lost\n%s", log)
+		}
+		t.Logf("worker failed %v after the kill: %s", time.Since(killed).Round(time.Millisecond), firstLine(log, "FAIL"))
+	case <-time.After(30 * time.Second):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("worker still waiting 30s after its server died\n%s", out.String())
+	}
+}
+
+func firstLine(s, substr string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, substr) {
+			return l
+		}
+	}
+	return ""
 }

@@ -55,10 +55,11 @@ const zapDomain = "pslite"
 // ROUTER for failed handshakes, logging every refused peer. Each of its two
 // goroutines owns its socket and stops when stop is set.
 type curveGuard struct {
-	keys CurveKeys
-	log  zerolog.Logger
-	stop atomic.Bool
-	wg   sync.WaitGroup
+	keys     CurveKeys
+	log      zerolog.Logger
+	stop     atomic.Bool
+	wg       sync.WaitGroup // the ZAP goroutine
+	monitors []*socketMonitor
 	// Refused counts the connections refused so far.
 	refused atomic.Int64
 	// Refusals are logged at most once per logEvery, with a count.
@@ -141,37 +142,22 @@ func (g *curveGuard) serveZAP(sock *zmq.Socket) {
 // watch logs failed handshakes on sock (a peer that does not know the
 // job's public key fails before ZAP is asked).
 func (g *curveGuard) watch(ctx *zmq.Context, sock *zmq.Socket, name string) error {
-	addr := fmt.Sprintf("inproc://pslite-monitor-%p", sock)
-	if err := sock.Monitor(addr, zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL|zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL|zmq.EVENT_HANDSHAKE_FAILED_AUTH); err != nil {
-		return fmt.Errorf("van: monitor %s: %w", name, err)
-	}
-	mon, err := ctx.NewSocket(zmq.PAIR)
-	if err != nil {
-		return fmt.Errorf("van: monitor socket: %w", err)
-	}
-	mon.SetLinger(0)
-	mon.SetRcvtimeo(200 * time.Millisecond)
-	if err := mon.Connect(addr); err != nil {
-		mon.Close()
-		return fmt.Errorf("van: connect monitor: %w", err)
-	}
-	g.wg.Add(1)
-	go func() {
-		defer g.wg.Done()
-		defer mon.Close()
-		for !g.stop.Load() {
-			ev, peer, val, err := mon.RecvEvent(0)
-			if err != nil {
-				continue
-			}
+	m, err := monitorSocket(ctx, sock, zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL|zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL|zmq.EVENT_HANDSHAKE_FAILED_AUTH,
+		func(ev zmq.Event, endpoint string, val int) {
 			g.logRefusal("CURVE handshake failed (the peer does not hold the job's keys)",
-				map[string]string{"socket": name, "endpoint": peer, "event": ev.String(), "detail": fmt.Sprint(val)})
-		}
-	}()
+				map[string]string{"socket": name, "endpoint": endpoint, "event": ev.String(), "detail": fmt.Sprint(val)})
+		})
+	if err != nil {
+		return err
+	}
+	g.monitors = append(g.monitors, m)
 	return nil
 }
 
 func (g *curveGuard) close() {
+	for _, m := range g.monitors {
+		m.close()
+	}
 	g.stop.Store(true)
 	g.wg.Wait()
 }

@@ -21,6 +21,10 @@ import (
 
 const emptyID = message.Empty
 
+// ErrNodeDown is returned when sending to a node whose connection dropped
+// (with resending off) and has not come back.
+var ErrNodeDown = errors.New("van: connection to node lost")
+
 // ErrStopped is returned by calls on a van that has stopped.
 var ErrStopped = errors.New("van: stopped")
 
@@ -71,6 +75,9 @@ type Handler interface {
 	// HandleSendFailure is called when a message was resent the maximum
 	// number of times without an acknowledgement.
 	HandleSendFailure(msg *message.Message, err error)
+	// HandleNodeDown is called when the connection to a server or worker
+	// drops while resending is off: nothing sent to it will be answered.
+	HandleNodeDown(id int)
 }
 
 // Van is one node's endpoint.
@@ -103,7 +110,10 @@ type Van struct {
 	heartbeats map[int]time.Time
 	startTime  time.Time
 
-	dropRate    atomic.Int32   // percent of received messages to drop once ready
+	dropRate atomic.Int32 // percent of received messages to drop once ready
+	downMu   sync.Mutex   // guards down
+	down     map[int]bool // nodes whose connection dropped (resending off)
+
 	regMu       sync.Mutex     // guards regSnapshot
 	regSnapshot []message.Node // what the scheduler has registered, for errors
 
@@ -152,12 +162,16 @@ func New(cfg Config, tr Transport, h Handler, log zerolog.Logger) (*Van, error) 
 		hbStop:     make(chan struct{}),
 		hbDone:     make(chan struct{}),
 		heartbeats: make(map[int]time.Time),
+		down:       make(map[int]bool),
 	}
 	v.scheduler = message.Node{Role: message.RoleScheduler, ID: message.Scheduler, Hostname: cfg.SchedulerHost, Port: int32(cfg.SchedulerPort)}
 	if cfg.Role == message.RoleScheduler {
 		v.myNode = v.scheduler
 	} else {
 		v.myNode = message.Node{Role: cfg.Role, ID: emptyID, Hostname: cfg.Host, Port: int32(cfg.Port)}
+	}
+	if d, ok := tr.(interface{ SetConnectionHandler(func(int, bool)) }); ok {
+		d.SetConnectionHandler(v.onConnection)
 	}
 	v.dropRate.Store(int32(cfg.DropRate))
 	v.rs = recvState{connected: map[string]int{}, shared: map[int]int{}, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))}
@@ -347,6 +361,12 @@ func (v *Van) Send(msg *message.Message) (int, error) {
 func (v *Van) sendNow(msg *message.Message) (int, error) {
 	if msg.Meta.Recver == emptyID {
 		return 0, errors.New("van: message without a receiver")
+	}
+	v.downMu.Lock()
+	down := v.down[int(msg.Meta.Recver)]
+	v.downMu.Unlock()
+	if down {
+		return 0, fmt.Errorf("%w: node %d", ErrNodeDown, msg.Meta.Recver)
 	}
 	meta, err := message.Encode(&msg.Meta)
 	if err != nil {
@@ -768,6 +788,30 @@ func (v *Van) updateHeartbeat(id int, t time.Time) {
 	v.hbMu.Lock()
 	v.heartbeats[id] = t
 	v.hbMu.Unlock()
+}
+
+// onConnection learns from the transport that the connection to node id
+// dropped or came back. With resending on, requests to a lost node are
+// resent until a replacement answers; without, they can only fail, and so
+// do new sends to it until it is connected again.
+func (v *Van) onConnection(id int, up bool) {
+	if id == int(v.MyNode().ID) || id == message.Scheduler {
+		return
+	}
+	v.downMu.Lock()
+	if up {
+		delete(v.down, id)
+		v.downMu.Unlock()
+		return
+	}
+	if !v.IsReady() || v.res.Load() != nil {
+		v.downMu.Unlock()
+		return
+	}
+	v.down[id] = true
+	v.downMu.Unlock()
+	v.log.Debug().Int("node", id).Msg("connection dropped")
+	v.handler.HandleNodeDown(id)
 }
 
 // DeadNodes returns the nodes not heard from within timeout: at the

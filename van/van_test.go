@@ -86,3 +86,4 @@ func (nopHandler) HandleData(*message.Message)        {}
 func (nopHandler) HandleBarrierDone(*message.Message) {}
 
 func (nopHandler) HandleSendFailure(*message.Message, error) {}
+func (nopHandler) HandleNodeDown(int)                        {}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -53,11 +54,20 @@ type ZMQTransport struct {
 	closed  bool
 
 	guard *curveGuard // nil without CURVE
+
+	onConnection atomic.Pointer[func(id int, up bool)]
 }
+
+// SetConnectionHandler makes the transport call f(id, false) when the
+// connection to node id drops (its process died or closed) and f(id, true)
+// when it is (re-)established, for peers connected from now on. f runs on a
+// monitor goroutine.
+func (t *ZMQTransport) SetConnectionHandler(f func(id int, up bool)) { t.onConnection.Store(&f) }
 
 type zmqPeer struct {
 	mu   sync.Mutex // guards sock
 	sock *zmq.Socket
+	mon  *socketMonitor // reports disconnects; nil without a handler
 }
 
 var _ Transport = (*ZMQTransport)(nil)
@@ -188,14 +198,30 @@ func (t *ZMQTransport) Connect(id int, host string, port int, identity string) e
 		sock.Close()
 		return fmt.Errorf("van: connect to %s: %w", addr, err)
 	}
+	p := &zmqPeer{sock: sock}
+	if f := t.onConnection.Load(); f != nil {
+		m, err := monitorSocket(t.ctx, sock, zmq.EVENT_CONNECTED|zmq.EVENT_DISCONNECTED, func(ev zmq.Event, _ string, _ int) {
+			t.peersMu.RLock()
+			current := t.peers[id] == p && !t.closed
+			t.peersMu.RUnlock()
+			if current {
+				(*f)(id, ev == zmq.EVENT_CONNECTED)
+			}
+		})
+		if err != nil {
+			sock.Close()
+			return err
+		}
+		p.mon = m
+	}
 	t.peersMu.Lock()
 	if t.closed {
 		t.peersMu.Unlock()
-		sock.Close()
+		p.close()
 		return ErrClosed
 	}
 	old := t.peers[id]
-	t.peers[id] = &zmqPeer{sock: sock}
+	t.peers[id] = p
 	t.peersMu.Unlock()
 	old.close()
 	return nil
@@ -205,6 +231,7 @@ func (p *zmqPeer) close() {
 	if p == nil {
 		return
 	}
+	p.mon.close()
 	p.mu.Lock()
 	if p.sock != nil {
 		p.sock.Close()
