@@ -39,7 +39,7 @@ proto-check:
 	$(GO) test -count=1 -run Drift ./message/pb/
 
 bench: build
-	$(GO) test -run XXX -bench . -benchmem ./message/ ./customer/ ./kv/
+	$(GO) test -run XXX -bench . -benchmem ./message/ ./customer/ ./kv/ ./psf/
 	scripts/bench.sh docs/PERFORMANCE.md
 
 clean:

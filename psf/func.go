@@ -1,0 +1,301 @@
+package psf
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// Block is what a kernel runs on: one partition of a matrix, on the server
+// that holds it. Its rows are read and written through Row.
+type Block struct {
+	m    *serverMatrix
+	part *partition
+}
+
+// Matrix returns the meta of the block's matrix.
+func (b *Block) Matrix() MatrixMeta { return b.m.meta }
+
+// Partition returns the block's partition.
+func (b *Block) Partition() PartitionMeta { return b.part.meta }
+
+// Row returns row r's values in the block's columns (Partition().ColStart
+// to ColEnd): element i is column ColStart+i. The slice is the server's
+// storage: an update kernel writes its results into it; a get kernel must
+// not change it. Row r need not be in the block's rows: any row whose
+// partition for the same columns is on this server can be reached, which is
+// how functions over several rows work; other rows give ErrNotColocated.
+func (b *Block) Row(r int) ([]float64, error) {
+	if b.part.meta.HasRow(r) {
+		return b.part.row(r), nil
+	}
+	meta := &b.m.meta
+	if err := meta.CheckRows(r); err != nil {
+		return nil, err
+	}
+	ncb := int(meta.NumColBlocks())
+	id := r/meta.RowBlock*ncb + b.part.meta.ID%ncb
+	p := b.m.parts[id]
+	if p == nil {
+		return nil, fmt.Errorf("%w: matrix %q row %d, columns [%d,%d) are on server %d, not with %s",
+			ErrNotColocated, meta.Name, r, b.part.meta.ColStart, b.part.meta.ColEnd, id%meta.NumServers, b.part.meta)
+	}
+	return p.row(r), nil
+}
+
+// Rows returns the values of several rows, as Row does for each.
+func (b *Block) Rows(rows ...int) ([][]float64, error) {
+	out := make([][]float64, len(rows))
+	for i, r := range rows {
+		v, err := b.Row(r)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// Kernel is the server half of a function, known by its name in a
+// process-wide registry (Register). Make one with NewGetKernel,
+// NewUpdateKernel or the element-wise helpers (NewMap, NewZip2Map, ...).
+type Kernel interface {
+	// Name returns the name the kernel is registered and called by.
+	Name() string
+	// update reports whether the kernel changes the matrix.
+	update() bool
+	// serve decodes param, runs on b and appends the encoded result to out.
+	serve(b *Block, param []byte, out *Encoder) error
+}
+
+// GetKernel is the server half of a get function: it reads one partition
+// with a parameter of type P and returns a partial result of type Q.
+type GetKernel[P, Q any] struct {
+	name   string
+	param  Codec[P]
+	result Codec[Q]
+	fn     func(b *Block, param P) (Q, error)
+}
+
+// NewGetKernel returns the server half of a get function named name: fn
+// runs on every partition a request reaches, with the parameter the worker
+// made for that partition. Register it (in every process of the job, e.g.
+// in a package-level var with MustRegister) before use.
+func NewGetKernel[P, Q any](name string, param Codec[P], result Codec[Q], fn func(b *Block, param P) (Q, error)) *GetKernel[P, Q] {
+	return &GetKernel[P, Q]{name: name, param: param, result: result, fn: fn}
+}
+
+// Name returns the kernel's name.
+func (k *GetKernel[P, Q]) Name() string { return k.name }
+
+func (k *GetKernel[P, Q]) update() bool { return false }
+
+func (k *GetKernel[P, Q]) serve(b *Block, param []byte, out *Encoder) error {
+	p, err := decode(k.param, param)
+	if err != nil {
+		return fmt.Errorf("%w: decoding the parameters: %v", ErrBadRequest, err)
+	}
+	q, err := k.fn(b, p)
+	if err != nil {
+		return err
+	}
+	k.result.Encode(out, q)
+	return out.Err()
+}
+
+// UpdateKernel is the server half of an update function: it changes one
+// partition, given a parameter of type P.
+type UpdateKernel[P any] struct {
+	name  string
+	param Codec[P]
+	fn    func(b *Block, param P) error
+}
+
+// NewUpdateKernel returns the server half of an update function named
+// name: fn runs on every partition a request reaches, with the parameter
+// the worker made for that partition. Register it before use.
+func NewUpdateKernel[P any](name string, param Codec[P], fn func(b *Block, param P) error) *UpdateKernel[P] {
+	return &UpdateKernel[P]{name: name, param: param, fn: fn}
+}
+
+// Name returns the kernel's name.
+func (k *UpdateKernel[P]) Name() string { return k.name }
+
+func (k *UpdateKernel[P]) update() bool { return true }
+
+func (k *UpdateKernel[P]) serve(b *Block, param []byte, _ *Encoder) error {
+	p, err := decode(k.param, param)
+	if err != nil {
+		return fmt.Errorf("%w: decoding the parameters: %v", ErrBadRequest, err)
+	}
+	return k.fn(b, p)
+}
+
+var registry = struct {
+	sync.RWMutex
+	m map[string]Kernel
+}{m: make(map[string]Kernel)}
+
+// ErrUnknownFunction is the error a server answers for a function name it
+// has no kernel for (typically: the kernel is registered in the worker's
+// binary but not the server's).
+var ErrUnknownFunction = errors.New("psf: unknown function")
+
+// Register adds k to the process-wide registry under k.Name(). Names are
+// checked like matrix names (letters, digits, '.', '_', '-'); by
+// convention they are qualified, e.g. "mypkg.Clip". The built-in functions
+// use the prefix "psf.". Registering a name twice is an error.
+func Register(k Kernel) error {
+	if k == nil {
+		return errors.New("psf: nil kernel")
+	}
+	name := k.Name()
+	if err := validName("function", name); err != nil {
+		return err
+	}
+	registry.Lock()
+	defer registry.Unlock()
+	if _, ok := registry.m[name]; ok {
+		return fmt.Errorf("psf: function %q is registered already", name)
+	}
+	registry.m[name] = k
+	return nil
+}
+
+// MustRegister is Register for package-level variables: it returns k, and
+// panics if k cannot be registered (a programming error, like registering
+// a database/sql driver twice).
+func MustRegister[K Kernel](k K) K {
+	if err := Register(k); err != nil {
+		panic(err)
+	}
+	return k
+}
+
+// Lookup returns the kernel registered under name.
+func Lookup(name string) (Kernel, bool) {
+	registry.RLock()
+	defer registry.RUnlock()
+	k, ok := registry.m[name]
+	return k, ok
+}
+
+// Part is a value for, or from, one partition.
+type Part[T any] struct {
+	Partition PartitionMeta
+	Value     T
+}
+
+// GetFunc is the worker half of a function that reads a matrix: Split
+// makes the encoded parameter of each partition to ask, the server runs the
+// kernel called Name on each, and Merge combines the encoded partial
+// results (given in partition id order) into the result. NewGet builds one
+// from a GetKernel and typed split and merge functions.
+type GetFunc[R any] interface {
+	Name() string
+	Split(m *MatrixMeta) ([]Part[[]byte], error)
+	Merge(m *MatrixMeta, results []Part[[]byte]) (R, error)
+}
+
+// UpdateFunc is the worker half of a function that changes a matrix: Split
+// makes the encoded parameter of each partition to change, and the server
+// runs the kernel called Name on each. NewUpdate builds one from an
+// UpdateKernel and a typed split function.
+type UpdateFunc interface {
+	Name() string
+	Split(m *MatrixMeta) ([]Part[[]byte], error)
+}
+
+type getFunc[P, Q, R any] struct {
+	k     *GetKernel[P, Q]
+	split func(m *MatrixMeta) ([]Part[P], error)
+	merge func(m *MatrixMeta, parts []Part[Q]) (R, error)
+}
+
+// NewGet returns the get function that calls kernel k on the partitions
+// split chooses, with the parameters it makes, and merges the partial
+// results with merge (which gets them in partition id order).
+func NewGet[P, Q, R any](k *GetKernel[P, Q], split func(m *MatrixMeta) ([]Part[P], error), merge func(m *MatrixMeta, parts []Part[Q]) (R, error)) GetFunc[R] {
+	return &getFunc[P, Q, R]{k: k, split: split, merge: merge}
+}
+
+func (f *getFunc[P, Q, R]) Name() string { return f.k.name }
+
+func (f *getFunc[P, Q, R]) Split(m *MatrixMeta) ([]Part[[]byte], error) {
+	parts, err := f.split(m)
+	if err != nil {
+		return nil, err
+	}
+	return encodeParts(f.k.param, parts)
+}
+
+func (f *getFunc[P, Q, R]) Merge(m *MatrixMeta, results []Part[[]byte]) (R, error) {
+	parts := make([]Part[Q], len(results))
+	for i, r := range results {
+		q, err := decode(f.k.result, r.Value)
+		if err != nil {
+			var zero R
+			return zero, fmt.Errorf("psf: %s: decoding the result of %s: %w", f.k.name, r.Partition, err)
+		}
+		parts[i] = Part[Q]{Partition: r.Partition, Value: q}
+	}
+	return f.merge(m, parts)
+}
+
+type updateFunc[P any] struct {
+	k     *UpdateKernel[P]
+	split func(m *MatrixMeta) ([]Part[P], error)
+}
+
+// NewUpdate returns the update function that calls kernel k on the
+// partitions split chooses, with the parameters it makes.
+func NewUpdate[P any](k *UpdateKernel[P], split func(m *MatrixMeta) ([]Part[P], error)) UpdateFunc {
+	return &updateFunc[P]{k: k, split: split}
+}
+
+func (f *updateFunc[P]) Name() string { return f.k.name }
+
+func (f *updateFunc[P]) Split(m *MatrixMeta) ([]Part[[]byte], error) {
+	parts, err := f.split(m)
+	if err != nil {
+		return nil, err
+	}
+	return encodeParts(f.k.param, parts)
+}
+
+func encodeParts[P any](c Codec[P], parts []Part[P]) ([]Part[[]byte], error) {
+	out := make([]Part[[]byte], len(parts))
+	for i, p := range parts {
+		b, err := encode(c, p.Value)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = Part[[]byte]{Partition: p.Partition, Value: b}
+	}
+	return out, nil
+}
+
+// SplitRows is the split of most functions over rows: one part per
+// partition of rows[0], each with the same param, after checking that the
+// rows exist and are colocated (see MatrixMeta.Colocated). The kernel then
+// reaches every row with Block.Row.
+func SplitRows[P any](m *MatrixMeta, param P, rows ...int) ([]Part[P], error) {
+	if len(rows) == 0 {
+		return nil, errors.New("psf: no rows")
+	}
+	if err := m.Colocated(rows...); err != nil {
+		return nil, err
+	}
+	ps := m.RowPartitions(rows[0])
+	out := make([]Part[P], len(ps))
+	for i, p := range ps {
+		out[i] = Part[P]{Partition: p, Value: param}
+	}
+	return out, nil
+}
+
+// sortParts orders parts by partition id.
+func sortParts[T any](parts []Part[T]) {
+	slices.SortStableFunc(parts, func(a, b Part[T]) int { return a.Partition.ID - b.Partition.ID })
+}

@@ -1,0 +1,554 @@
+package psf
+
+import (
+	"fmt"
+	"math"
+)
+
+// rowParam is the parameter of most built-in functions: the rows they work
+// on, scalars, and a seed.
+type rowParam struct {
+	Rows    []int
+	Scalars []float64
+	Seed    uint64
+}
+
+var rowParamCodec = NewCodec(func(e *Encoder, p rowParam) {
+	e.Ints(p.Rows)
+	e.Float64s(p.Scalars)
+	e.Uint64(p.Seed)
+}, func(d *Decoder) rowParam {
+	return rowParam{Rows: d.Ints(), Scalars: d.Float64s(), Seed: d.Uint64()}
+})
+
+// shape checks that a built-in function got the number of rows and scalars
+// it needs (a worker of another version, or a forged request, may not).
+func (p rowParam) shape(rows, scalars int) error {
+	if len(p.Rows) != rows || len(p.Scalars) != scalars {
+		return fmt.Errorf("%w: %d rows and %d scalars (want %d and %d)", ErrBadRequest, len(p.Rows), len(p.Scalars), rows, scalars)
+	}
+	return nil
+}
+
+// rowsOf returns the values of p's rows in b, after checking the shape.
+func rowsOf(b *Block, p rowParam, rows, scalars int) ([][]float64, error) {
+	if err := p.shape(rows, scalars); err != nil {
+		return nil, err
+	}
+	return b.Rows(p.Rows...)
+}
+
+// acc is a compensated (Neumaier) sum.
+type acc struct{ s, c float64 }
+
+func (a *acc) add(x float64) {
+	t := a.s + x
+	if math.Abs(a.s) >= math.Abs(x) {
+		a.c += (a.s - t) + x
+	} else {
+		a.c += (x - t) + a.s
+	}
+	a.s = t
+}
+
+func (a *acc) sum() float64 { return a.s + a.c }
+
+// block is the number of terms summed plainly (four interleaved sums)
+// before the block's sum joins the compensated total: the error stays
+// within about block*eps of the sum of magnitudes, at the speed of a plain
+// loop.
+const block = 256
+
+// sumOf returns the sum of f(x[i]) (f(v) = v, |v| or v*v) for i in x.
+func sumOf(x []float64, f func(float64) float64) float64 {
+	var a acc
+	for len(x) > 0 {
+		n := min(block, len(x))
+		var s0, s1, s2, s3 float64
+		i := 0
+		for ; i+4 <= n; i += 4 {
+			s0 += f(x[i])
+			s1 += f(x[i+1])
+			s2 += f(x[i+2])
+			s3 += f(x[i+3])
+		}
+		for ; i < n; i++ {
+			s0 += f(x[i])
+		}
+		a.add((s0 + s1) + (s2 + s3))
+		x = x[n:]
+	}
+	return a.sum()
+}
+
+// dotOf returns the sum of x[i]*y[i], like sumOf; len(y) >= len(x).
+func dotOf(x, y []float64) float64 {
+	var a acc
+	for len(x) > 0 {
+		n := min(block, len(x))
+		var s0, s1, s2, s3 float64
+		yy := y[:n]
+		i := 0
+		for ; i+4 <= n; i += 4 {
+			s0 += x[i] * yy[i]
+			s1 += x[i+1] * yy[i+1]
+			s2 += x[i+2] * yy[i+2]
+			s3 += x[i+3] * yy[i+3]
+		}
+		for ; i < n; i++ {
+			s0 += x[i] * yy[i]
+		}
+		a.add((s0 + s1) + (s2 + s3))
+		x, y = x[n:], y[n:]
+	}
+	return a.sum()
+}
+
+func ident(v float64) float64  { return v }
+func square(v float64) float64 { return v * v }
+
+// Kernels of the aggregates. Each computes a partial result on a block; the
+// worker half merges the partials.
+var (
+	kSum = MustRegister(NewGetKernel("psf.Sum", rowParamCodec, Float64, func(b *Block, p rowParam) (float64, error) {
+		xs, err := rowsOf(b, p, 1, 0)
+		if err != nil {
+			return 0, err
+		}
+		return sumOf(xs[0], ident), nil
+	}))
+	kAsum = MustRegister(NewGetKernel("psf.Asum", rowParamCodec, Float64, func(b *Block, p rowParam) (float64, error) {
+		xs, err := rowsOf(b, p, 1, 0)
+		if err != nil {
+			return 0, err
+		}
+		return sumOf(xs[0], math.Abs), nil
+	}))
+	kMax  = foldKernel("psf.Max", math.Inf(-1), func(m, x float64) float64 { return math.Max(m, x) })
+	kMin  = foldKernel("psf.Min", math.Inf(1), func(m, x float64) float64 { return math.Min(m, x) })
+	kAmax = foldKernel("psf.Amax", 0, func(m, x float64) float64 { return math.Max(m, math.Abs(x)) })
+	kAmin = foldKernel("psf.Amin", math.Inf(1), func(m, x float64) float64 { return math.Min(m, math.Abs(x)) })
+	kNnz  = MustRegister(NewGetKernel("psf.Nnz", rowParamCodec, Int64, func(b *Block, p rowParam) (int64, error) {
+		xs, err := rowsOf(b, p, 1, 0)
+		if err != nil {
+			return 0, err
+		}
+		var n int64
+		for _, x := range xs[0] {
+			if x != 0 {
+				n++
+			}
+		}
+		return n, nil
+	}))
+	kNrm2 = MustRegister(NewGetKernel("psf.Nrm2", rowParamCodec, Float64s, func(b *Block, p rowParam) ([]float64, error) {
+		xs, err := rowsOf(b, p, 1, 0)
+		if err != nil {
+			return nil, err
+		}
+		scale, ssq := nrm2Partial(xs[0])
+		return []float64{scale, ssq}, nil
+	}))
+	kDot = MustRegister(NewGetKernel("psf.Dot", rowParamCodec, Float64, func(b *Block, p rowParam) (float64, error) {
+		xs, err := rowsOf(b, p, 2, 0)
+		if err != nil {
+			return 0, err
+		}
+		return dotOf(xs[0], xs[1]), nil
+	}))
+	kEqual = MustRegister(NewGetKernel("psf.Equal", rowParamCodec, Bool, func(b *Block, p rowParam) (bool, error) {
+		xs, err := rowsOf(b, p, 2, 0)
+		if err != nil {
+			return false, err
+		}
+		y := xs[1]
+		for i, x := range xs[0] {
+			if x != y[i] {
+				return false, nil
+			}
+		}
+		return true, nil
+	}))
+	kSize = MustRegister(NewGetKernel("psf.Size", rowParamCodec, Int64, func(b *Block, p rowParam) (int64, error) {
+		if _, err := rowsOf(b, p, 1, 0); err != nil {
+			return 0, err
+		}
+		return int64(b.Partition().Width()), nil
+	}))
+	kPull = MustRegister(NewGetKernel("psf.Pull", rowParamCodec, Float64s, func(b *Block, p rowParam) ([]float64, error) {
+		xs, err := rowsOf(b, p, 1, 0)
+		if err != nil {
+			return nil, err
+		}
+		return xs[0], nil
+	}))
+	kPullRows = MustRegister(NewGetKernel("psf.PullRows", rowParamCodec, Float64s, func(b *Block, p rowParam) ([]float64, error) {
+		if len(p.Scalars) != 0 || len(p.Rows) == 0 {
+			return nil, fmt.Errorf("%w: %d rows and %d scalars", ErrBadRequest, len(p.Rows), len(p.Scalars))
+		}
+		w := b.Partition().Width()
+		if len(p.Rows) > maxPayload/8/w {
+			return nil, fmt.Errorf("%w: %d rows of %d columns do not fit one message", ErrBadRequest, len(p.Rows), w)
+		}
+		out := make([]float64, 0, len(p.Rows)*w)
+		for _, r := range p.Rows {
+			x, err := b.Row(r)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, x...)
+		}
+		return out, nil
+	}))
+	kPullAt = MustRegister(NewGetKernel("psf.PullAt", arrayParamCodec, Float64s, func(b *Block, p arrayParam) ([]float64, error) {
+		if len(p.Rows) != 1 || len(p.Vals) != 0 {
+			return nil, fmt.Errorf("%w: %d rows and %d values (want 1 and 0)", ErrBadRequest, len(p.Rows), len(p.Vals))
+		}
+		x, err := b.Row(p.Rows[0])
+		if err != nil {
+			return nil, err
+		}
+		pm := b.Partition()
+		out := make([]float64, len(p.Cols))
+		for i, c := range p.Cols {
+			if !pm.HasCol(c) {
+				return nil, fmt.Errorf("%w: column %d is not in %s", ErrBadRequest, c, pm)
+			}
+			out[i] = x[c-pm.ColStart]
+		}
+		return out, nil
+	}))
+)
+
+// foldKernel registers a get kernel folding a row with f from init.
+func foldKernel(name string, init float64, f func(m, x float64) float64) *GetKernel[rowParam, float64] {
+	return MustRegister(NewGetKernel(name, rowParamCodec, Float64, func(b *Block, p rowParam) (float64, error) {
+		xs, err := rowsOf(b, p, 1, 0)
+		if err != nil {
+			return 0, err
+		}
+		m := init
+		for _, x := range xs[0] {
+			m = f(m, x)
+		}
+		return m, nil
+	}))
+}
+
+// nrm2Partial returns (scale, ssq) with sum(x^2) = scale^2 * ssq, computed
+// directly when that neither overflows nor underflows, else with LAPACK's
+// scaling. Like math.Hypot, an infinity gives +Inf even with NaNs around,
+// and otherwise a NaN gives NaN.
+func nrm2Partial(xs []float64) (float64, float64) {
+	s := sumOf(xs, square)
+	if s > 0x1p-900 && s < 0x1p900 {
+		return 1, s
+	}
+	var scale, ssq float64 = 0, 1
+	nan := false
+	for _, x := range xs {
+		ax := math.Abs(x)
+		switch {
+		case ax == 0:
+		case math.IsInf(ax, 1):
+			return ax, 1
+		case math.IsNaN(ax):
+			nan = true
+		case scale < ax:
+			ssq = 1 + ssq*(scale/ax)*(scale/ax)
+			scale = ax
+		default:
+			ssq += (ax / scale) * (ax / scale)
+		}
+	}
+	if nan {
+		return math.NaN(), 1
+	}
+	return scale, ssq
+}
+
+// combineNrm2 merges two (scale, ssq) partials.
+func combineNrm2(s1, q1, s2, q2 float64) (float64, float64) {
+	switch {
+	case math.IsInf(s1, 1) || math.IsInf(s2, 1):
+		return math.Inf(1), 1
+	case math.IsNaN(s1) || math.IsNaN(s2):
+		return math.NaN(), 1
+	case s2 == 0:
+		return s1, q1
+	case s1 == 0:
+		return s2, q2
+	case s1 >= s2:
+		return s1, q1 + q2*(s2/s1)*(s2/s1)
+	default:
+		return s2, q2 + q1*(s1/s2)*(s1/s2)
+	}
+}
+
+// rowFunc is a get function over rows whose partials are merged by merge.
+func rowFunc[Q, R any](k *GetKernel[rowParam, Q], p rowParam, merge func(parts []Part[Q]) (R, error)) GetFunc[R] {
+	return NewGet(k, func(m *MatrixMeta) ([]Part[rowParam], error) {
+		return SplitRows(m, p, p.Rows...)
+	}, func(_ *MatrixMeta, parts []Part[Q]) (R, error) { return merge(parts) })
+}
+
+func sumMerge(parts []Part[float64]) (float64, error) {
+	var a acc
+	for _, p := range parts {
+		a.add(p.Value)
+	}
+	return a.sum(), nil
+}
+
+func foldMerge(f func(a, b float64) float64) func(parts []Part[float64]) (float64, error) {
+	return func(parts []Part[float64]) (float64, error) {
+		if len(parts) == 0 {
+			return 0, nil
+		}
+		m := parts[0].Value
+		for _, p := range parts[1:] {
+			m = f(m, p.Value)
+		}
+		return m, nil
+	}
+}
+
+func countMerge(parts []Part[int64]) (int64, error) {
+	var n int64
+	for _, p := range parts {
+		n += p.Value
+	}
+	return n, nil
+}
+
+// Sum returns the sum of row's values (compensated summation).
+func Sum(row int) GetFunc[float64] {
+	return rowFunc(kSum, rowParam{Rows: []int{row}}, sumMerge)
+}
+
+// Asum returns the sum of the absolute values of row.
+func Asum(row int) GetFunc[float64] {
+	return rowFunc(kAsum, rowParam{Rows: []int{row}}, sumMerge)
+}
+
+// Max returns the largest value of row (NaN if it holds one).
+func Max(row int) GetFunc[float64] {
+	return rowFunc(kMax, rowParam{Rows: []int{row}}, foldMerge(math.Max))
+}
+
+// Min returns the smallest value of row (NaN if it holds one).
+func Min(row int) GetFunc[float64] {
+	return rowFunc(kMin, rowParam{Rows: []int{row}}, foldMerge(math.Min))
+}
+
+// Amax returns the largest absolute value of row (0 for a row of zeros).
+func Amax(row int) GetFunc[float64] {
+	return rowFunc(kAmax, rowParam{Rows: []int{row}}, foldMerge(math.Max))
+}
+
+// Amin returns the smallest absolute value of row.
+func Amin(row int) GetFunc[float64] {
+	return rowFunc(kAmin, rowParam{Rows: []int{row}}, foldMerge(math.Min))
+}
+
+// Nnz returns the number of non-zero values of row.
+func Nnz(row int) GetFunc[int64] {
+	return rowFunc(kNnz, rowParam{Rows: []int{row}}, countMerge)
+}
+
+// Size returns the number of values of row (the matrix's columns), counted
+// by the partitions.
+func Size(row int) GetFunc[int64] {
+	return rowFunc(kSize, rowParam{Rows: []int{row}}, countMerge)
+}
+
+// Nrm2 returns the Euclidean norm of row, without overflow or underflow in
+// the intermediate sums.
+func Nrm2(row int) GetFunc[float64] {
+	return rowFunc(kNrm2, rowParam{Rows: []int{row}}, func(parts []Part[[]float64]) (float64, error) {
+		var scale, ssq float64 = 0, 1
+		for _, p := range parts {
+			if len(p.Value) != 2 {
+				return 0, fmt.Errorf("psf: Nrm2: bad partial result from %s", p.Partition)
+			}
+			scale, ssq = combineNrm2(scale, ssq, p.Value[0], p.Value[1])
+		}
+		return scale * math.Sqrt(ssq), nil
+	})
+}
+
+// Dot returns the dot product of rows a and b, which must be colocated
+// (see MatrixMeta.Colocated).
+func Dot(a, b int) GetFunc[float64] {
+	return rowFunc(kDot, rowParam{Rows: []int{a, b}}, sumMerge)
+}
+
+// Equal reports whether rows a and b hold the same values (exactly; NaN
+// equals nothing). They must be colocated.
+func Equal(a, b int) GetFunc[bool] {
+	return rowFunc(kEqual, rowParam{Rows: []int{a, b}}, func(parts []Part[bool]) (bool, error) {
+		for _, p := range parts {
+			if !p.Value {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// Pull returns the values of row.
+func Pull(row int) GetFunc[[]float64] {
+	return NewGet(kPull, func(m *MatrixMeta) ([]Part[rowParam], error) {
+		return SplitRows(m, rowParam{Rows: []int{row}}, row)
+	}, func(m *MatrixMeta, parts []Part[[]float64]) ([]float64, error) {
+		out := make([]float64, m.Cols)
+		if err := placeParts(m, parts, 1, func(_ int, p PartitionMeta) []float64 { return out[p.ColStart:p.ColEnd] }); err != nil {
+			return nil, err
+		}
+		return out, nil
+	})
+}
+
+// placeParts checks that every partition of a row is there once, with n
+// rows of values, and copies row i of each into dst(i, partition).
+func placeParts(m *MatrixMeta, parts []Part[[]float64], n int, dst func(i int, p PartitionMeta) []float64) error {
+	seen := make(map[int64]bool)
+	for _, p := range parts {
+		pm := p.Partition
+		w := pm.Width()
+		if len(p.Value) != n*w {
+			return fmt.Errorf("psf: %d values from %s, want %d", len(p.Value), pm, n*w)
+		}
+		for i := 0; i < n; i++ {
+			copy(dst(i, pm), p.Value[i*w:(i+1)*w])
+		}
+		seen[pm.ColStart] = true
+	}
+	if int64(len(seen)) != m.NumColBlocks() {
+		return fmt.Errorf("psf: got %d of %d column blocks", len(seen), m.NumColBlocks())
+	}
+	return nil
+}
+
+// PullRows returns the values of rows (in the order given; rows may repeat
+// and may lie in different row blocks).
+func PullRows(rows []int) GetFunc[[][]float64] {
+	rows = append([]int(nil), rows...)
+	return NewGet(kPullRows, func(m *MatrixMeta) ([]Part[rowParam], error) {
+		if err := m.CheckRows(rows...); err != nil {
+			return nil, err
+		}
+		groups := m.rowsByBlock(rows)
+		var out []Part[rowParam]
+		for _, rb := range sortedKeys(groups) {
+			for _, p := range m.RowPartitions(groups[rb][0]) {
+				out = append(out, Part[rowParam]{Partition: p, Value: rowParam{Rows: groups[rb]}})
+			}
+		}
+		return out, nil
+	}, func(m *MatrixMeta, parts []Part[[]float64]) ([][]float64, error) {
+		out := make([][]float64, len(rows))
+		pos := make(map[int][]int) // row block -> positions in rows, in order
+		for i, r := range rows {
+			pos[r/m.RowBlock] = append(pos[r/m.RowBlock], i)
+		}
+		filled := 0
+		for _, p := range parts {
+			pm := p.Partition
+			ps := pos[pm.RowStart/m.RowBlock]
+			w := pm.Width()
+			if len(p.Value) != len(ps)*w {
+				return nil, fmt.Errorf("psf: %d values from %s, want %d", len(p.Value), pm, len(ps)*w)
+			}
+			for i, j := range ps {
+				if out[j] == nil {
+					out[j] = make([]float64, m.Cols)
+				}
+				copy(out[j][pm.ColStart:pm.ColEnd], p.Value[i*w:(i+1)*w])
+				filled += w
+			}
+		}
+		if int64(filled) != int64(len(rows))*m.Cols {
+			return nil, fmt.Errorf("psf: pulled %d of %d values", filled, int64(len(rows))*m.Cols)
+		}
+		return out, nil
+	})
+}
+
+// arrayParam is the parameter of functions with values from the worker:
+// Rows, and either Vals for the partition's whole width per row (Cols nil)
+// or one value per global column in Cols (one row).
+type arrayParam struct {
+	Rows []int
+	Cols []int64
+	Vals []float64
+}
+
+var arrayParamCodec = NewCodec(func(e *Encoder, p arrayParam) {
+	e.Ints(p.Rows)
+	e.Int64s(p.Cols)
+	e.Float64s(p.Vals)
+}, func(d *Decoder) arrayParam {
+	return arrayParam{Rows: d.Ints(), Cols: d.Int64s(), Vals: d.Float64s()}
+})
+
+// splitCols groups global columns of row by partition: for each partition,
+// the positions (in cols) of its columns.
+func splitCols[I int | int64](m *MatrixMeta, row int, cols []I) (map[int][]int, error) {
+	if err := m.CheckRows(row); err != nil {
+		return nil, err
+	}
+	groups := make(map[int][]int)
+	base := row / m.RowBlock * int(m.NumColBlocks())
+	for i, c := range cols {
+		if c < 0 || int64(c) >= m.Cols {
+			return nil, fmt.Errorf("psf: matrix %q has no column %d (it has %d)", m.Name, c, m.Cols)
+		}
+		id := base + int(int64(c)/m.ColBlock)
+		groups[id] = append(groups[id], i)
+	}
+	return groups, nil
+}
+
+// PullAt returns the values of row at columns cols (any order, repeats
+// allowed).
+func PullAt[I int | int64](row int, cols []I) GetFunc[[]float64] {
+	cols = append([]I(nil), cols...)
+	return NewGet(kPullAt, func(m *MatrixMeta) ([]Part[arrayParam], error) {
+		groups, err := splitCols(m, row, cols)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]Part[arrayParam], 0, len(groups))
+		for _, id := range sortedKeys(groups) {
+			pos := groups[id]
+			cs := make([]int64, len(pos))
+			for i, j := range pos {
+				cs[i] = int64(cols[j])
+			}
+			out = append(out, Part[arrayParam]{Partition: m.Partition(id), Value: arrayParam{Rows: []int{row}, Cols: cs}})
+		}
+		return out, nil
+	}, func(m *MatrixMeta, parts []Part[[]float64]) ([]float64, error) {
+		groups, err := splitCols(m, row, cols)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]float64, len(cols))
+		n := 0
+		for _, p := range parts {
+			pos := groups[p.Partition.ID]
+			if len(p.Value) != len(pos) {
+				return nil, fmt.Errorf("psf: %d values from %s, want %d", len(p.Value), p.Partition, len(pos))
+			}
+			for i, j := range pos {
+				out[j] = p.Value[i]
+			}
+			n += len(pos)
+		}
+		if n != len(cols) {
+			return nil, fmt.Errorf("psf: got %d of %d values", n, len(cols))
+		}
+		return out, nil
+	})
+}
