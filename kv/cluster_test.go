@@ -510,3 +510,27 @@ func TestRequestBeforeHandle(t *testing.T) {
 	}
 	c.Finalize(t)
 }
+
+// PushPull with lens sends the lens given and returns the lens of the
+// answer once the request has finished.
+func TestPushPullLens(t *testing.T) {
+	c := testcluster.New(t, 2, 1, testcluster.Options{Mem: true})
+	startServers[float32](t, c)
+	w, _ := kv.NewKVWorker[float32](c.Workers[0], 0, 0)
+	keys := spreadKeys(4, 1)
+	lens := []int32{2, 1, 3, 2}
+	vals := []float32{1, 2, 3, 4, 5, 6, 7, 8}
+	var outs []float32
+	gotLens := append([]int32(nil), lens...)
+	ts, err := w.PushPull(keys, vals, &outs, &gotLens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Wait(ts); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(outs, vals) || !slices.Equal(gotLens, lens) {
+		t.Errorf("pushpull with lens: %v %v, want %v %v", outs, gotLens, vals, lens)
+	}
+	c.Finalize(t)
+}

@@ -147,35 +147,36 @@ func (w *KVWorker[V]) ZPull(keys []uint64, vals *[]V, lens *[]int32, opts ...Opt
 }
 
 // PushPull pushes vals and pulls the resulting values into *outs in one round
-// trip. *lens, when lens is not nil, is sent and receives the returned lengths.
+// trip. When lens is not nil, *lens gives the values per key to send and
+// receives the lengths returned. Its inputs are copied.
 func (w *KVWorker[V]) PushPull(keys []uint64, vals []V, outs *[]V, lens *[]int32, opts ...Option) (int, error) {
-	var l *[]int32
+	var send []int32
 	if lens != nil {
-		c := slices.Clone(*lens)
-		l = &c
-		defer func() { *lens = *l }()
+		send = slices.Clone(*lens)
 	}
-	return w.ZPushPull(slices.Clone(keys), slices.Clone(vals), outs, l, opts...)
+	return w.pushPull(slices.Clone(keys), slices.Clone(vals), send, outs, lens, opts)
 }
 
-// ZPushPull is PushPull without copying: keys and vals must not change until
-// the request has finished.
+// ZPushPull is PushPull without copying: keys, vals and *lens must not
+// change until the request has finished.
 func (w *KVWorker[V]) ZPushPull(keys []uint64, vals []V, outs *[]V, lens *[]int32, opts ...Option) (int, error) {
+	var send []int32
+	if lens != nil {
+		send = *lens
+	}
+	return w.pushPull(keys, vals, send, outs, lens, opts)
+}
+
+func (w *KVWorker[V]) pushPull(keys []uint64, vals []V, send []int32, outs *[]V, lensOut *[]int32, opts []Option) (int, error) {
 	if outs == nil {
 		return 0, fmt.Errorf("kv: nil destination for pulled values")
 	}
 	o := collect(opts)
-	kvs := KVPairs[V]{Keys: keys, Vals: vals, Priority: o.priority}
-	if lens != nil {
-		kvs.Lens = *lens
-	}
+	kvs := KVPairs[V]{Keys: keys, Vals: vals, Lens: send, Priority: o.priority}
 	if err := kvs.Check(true); err != nil {
 		return 0, err
 	}
-	if len(*outs) == 0 && len(kvs.Lens) == 0 {
-		*outs = make([]V, len(vals))
-	}
-	return w.send(true, true, o, kvs, &pullDest[V]{keys: keys, vals: outs, lens: lens})
+	return w.send(true, true, o, kvs, &pullDest[V]{keys: keys, vals: outs, lens: lensOut})
 }
 
 // Wait blocks until request ts has finished and returns its error.

@@ -512,6 +512,9 @@ func (v *Van) connect(n message.Node) error {
 	if me.ID != emptyID {
 		ident = Identity(int(me.ID))
 	}
+	v.downMu.Lock()
+	delete(v.down, int(n.ID)) // a new connection, e.g. to a replacement
+	v.downMu.Unlock()
 	return v.tr.Connect(int(n.ID), n.Hostname, int(n.Port), ident)
 }
 

@@ -6,6 +6,7 @@ package testcluster
 import (
 	"context"
 	"net"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -17,7 +18,8 @@ import (
 	"github.com/gopslite/pslite/van"
 )
 
-// Cluster is a running job.
+// Cluster is a running job. Once started, Servers and Workers are in rank
+// order.
 type Cluster struct {
 	Scheduler *postoffice.Postoffice
 	Servers   []*postoffice.Postoffice
@@ -88,6 +90,11 @@ func New(t testing.TB, s, w int, o Options) *Cluster {
 		if err := Each(c.All(), func(p *postoffice.Postoffice) error { return p.Start(ctx, 0, true) }); err != nil {
 			t.Fatalf("start: %v", err)
 		}
+		byRank := func(ps []*postoffice.Postoffice) {
+			sort.Slice(ps, func(i, j int) bool { return ps[i].MyRank() < ps[j].MyRank() })
+		}
+		byRank(c.Servers)
+		byRank(c.Workers)
 	}
 	return c
 }
