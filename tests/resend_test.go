@@ -2,6 +2,7 @@ package tests
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -89,5 +90,20 @@ func TestResendGivesUp(t *testing.T) {
 	}
 	if err := w.Wait(ts); err == nil {
 		t.Fatal("push to a server that drops everything succeeded")
+	}
+}
+
+// test_kv_app through local.sh with resending on and 20% or 30% of received
+// messages dropped: exact results and a clean exit. (By hand: repeat.sh 10
+// of each passes; see the README.)
+func TestKVAppUnderDrops(t *testing.T) {
+	for _, drop := range []string{"20", "30"} {
+		t.Run("drop="+drop, func(t *testing.T) {
+			out := launch(t, []string{"PS_RESEND=1", "PS_RESEND_TIMEOUT=50", "PS_DROP_MSG=" + drop},
+				"local.sh", "2", "2", bin("test_kv_app"))
+			if n := strings.Count(out, "error: 0, 0"); n != 2 {
+				t.Errorf("%d of 2 workers reported exact results:\n%s", n, out)
+			}
+		})
 	}
 }
