@@ -344,17 +344,24 @@ func (w *KVWorker[V]) assemble(ts int, dest *pullDest[V]) error {
 	sort.Slice(parts, func(i, j int) bool { return parts[i].Keys[0] < parts[j].Keys[0] })
 	totalKeys, totalVals := 0, 0
 	for _, p := range parts {
-		if totalKeys+len(p.Keys) > len(dest.keys) || !slices.Equal(p.Keys, dest.keys[totalKeys:totalKeys+len(p.Keys)]) {
+		// Each answer must cover the next run of requested keys; checking its
+		// ends is enough for the sorted keys a slicer sends (as C++ does).
+		n := len(p.Keys)
+		if totalKeys+n > len(dest.keys) || p.Keys[0] != dest.keys[totalKeys] || p.Keys[n-1] != dest.keys[totalKeys+n-1] {
 			return fmt.Errorf("kv: pull responses do not match the requested keys")
 		}
-		totalKeys += len(p.Keys)
+		totalKeys += n
 		totalVals += len(p.Vals)
 	}
 	if totalKeys != len(dest.keys) {
 		return fmt.Errorf("kv: pull got %d of %d keys (lost a server?)", totalKeys, len(dest.keys))
 	}
 	vals := *dest.vals
-	if len(vals) == 0 {
+	handedOver := false
+	if len(vals) == 0 && len(parts) == 1 {
+		// One answer and no destination yet: hand over the received values.
+		vals, handedOver = parts[0].Vals, true
+	} else if len(vals) == 0 {
 		vals = make([]V, totalVals)
 	} else if len(vals) != totalVals {
 		return fmt.Errorf("kv: pull got %d values but the destination holds %d", totalVals, len(vals))
@@ -370,7 +377,9 @@ func (w *KVWorker[V]) assemble(ts int, dest *pullDest[V]) error {
 	}
 	vi, ki := 0, 0
 	for _, p := range parts {
-		copy(vals[vi:], p.Vals)
+		if !handedOver {
+			copy(vals[vi:], p.Vals)
+		}
 		vi += len(p.Vals)
 		if lens != nil {
 			if len(p.Lens) > 0 {
