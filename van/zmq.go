@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -47,7 +49,8 @@ type ZMQTransport struct {
 	opts ZMQOptions
 	ctx  *zmq.Context
 
-	router *zmq.Socket // owned by the receive goroutine
+	router  *zmq.Socket // owned by the receive goroutine
+	boundAt string      // the endpoint router is bound to
 
 	peersMu sync.RWMutex // guards the peers map, not the sockets
 	peers   map[int]*zmqPeer
@@ -161,7 +164,7 @@ func (t *ZMQTransport) Bind(host string, port, maxRetry int) (int, error) {
 			lastErr = err
 			continue
 		}
-		t.router = sock
+		t.router, t.boundAt = sock, t.endpoint(host, port)
 		return port, nil
 	}
 	sock.Close()
@@ -328,6 +331,9 @@ func (t *ZMQTransport) Close() error {
 	if t.router != nil {
 		t.router.Close()
 		t.router = nil
+		if path, ok := strings.CutPrefix(t.boundAt, "ipc://"); ok {
+			os.Remove(path) // libzmq leaves the socket file behind
+		}
 	}
 	if t.guard != nil {
 		t.guard.close()
