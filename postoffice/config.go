@@ -51,7 +51,7 @@ type Config struct {
 	// ResendTimeout is PS_RESEND_TIMEOUT (milliseconds, default 1000).
 	ResendTimeout time.Duration
 	// ResendMaxRetry is PS_RESEND_MAX_RETRY, the resends before a request
-	// fails (default 20).
+	// fails, (retries+1) timeouts after it was sent (default 20).
 	ResendMaxRetry int
 	// Curve, when set (PS_CURVE_PUBLIC_KEY and PS_CURVE_SECRET_KEY, the
 	// job's key pair in Z85), encrypts and authenticates every connection.

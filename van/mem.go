@@ -99,7 +99,13 @@ func (t *memTransport) Disconnect(id int) {
 	t.mu.Unlock()
 }
 
-func (t *memTransport) Send(id int, frames [][]byte) (int, error) {
+func (t *memTransport) Send(id int, frames [][]byte) (int, error) { return t.send(id, frames, true) }
+
+func (t *memTransport) TrySend(id int, frames [][]byte) (int, error) {
+	return t.send(id, frames, false)
+}
+
+func (t *memTransport) send(id int, frames [][]byte, wait bool) (int, error) {
 	t.mu.Lock()
 	p, ok := t.peers[id]
 	closed := t.closed
@@ -119,8 +125,17 @@ func (t *memTransport) Send(id int, frames [][]byte) (int, error) {
 		cp[i] = append([]byte{}, f...)
 		total += len(f)
 	}
+	m := memMsg{identity: p.identity, frames: cp}
+	if !wait {
+		select {
+		case inbox <- m:
+			return total, nil
+		default:
+			return 0, ErrWouldBlock
+		}
+	}
 	select {
-	case inbox <- memMsg{identity: p.identity, frames: cp}:
+	case inbox <- m:
 	case <-time.After(5 * time.Second):
 		return 0, fmt.Errorf("van: in-memory send to %s blocked", p.addr)
 	}

@@ -30,7 +30,7 @@ func MsgSig(appID, sender, recver, timestamp int32, request bool) uint64 {
 
 // resender keeps every message sent until its ACK arrives, resends it after
 // the timeout (the k-th resend k timeouts after the first send, as C++ does),
-// and gives up after maxRetry resends. It also acknowledges received messages
+// and gives up maxRetry+1 timeouts after the send. It also acknowledges received messages
 // and suppresses duplicates.
 type resender struct {
 	v        *Van
@@ -102,8 +102,10 @@ func (r *resender) addIncoming(msg *message.Message) bool {
 	ack.Meta.Recver = msg.Meta.Sender
 	ack.Meta.Control.Cmd = message.CmdAck
 	ack.Meta.Control.MsgSig = sig
-	if _, err := r.v.sendNow(ack); err != nil {
-		r.v.log.Debug().Err(err).Int32("to", msg.Meta.Sender).Msg("ACK failed")
+	// Never wait here (this is the receive loop): an ACK that cannot be
+	// queued is dropped, and the peer's resend is acknowledged later.
+	if _, err := r.v.trySend(ack); err != nil {
+		r.v.log.Debug().Err(err).Int32("to", msg.Meta.Sender).Msg("ACK not sent")
 	}
 	if dup {
 		r.v.log.Debug().Str("msg", msg.String()).Msg("dropping a duplicate")
@@ -126,29 +128,34 @@ func (r *resender) monitor() {
 }
 
 func (r *resender) check(now time.Time) {
-	var resend, failed []*message.Message
+	var resend []*outgoing
+	var failed []*message.Message
+	deadline := r.timeout * time.Duration(r.maxRetry+1)
 	r.mu.Lock()
 	for sig, o := range r.sendBuf {
-		if now.Sub(o.sent) <= r.timeout*time.Duration(1+o.retries) {
-			continue
-		}
-		if o.retries >= r.maxRetry {
+		switch {
+		case now.Sub(o.sent) > deadline:
 			delete(r.sendBuf, sig)
 			failed = append(failed, o.msg)
-			continue
+		case now.Sub(o.sent) > r.timeout*time.Duration(1+o.retries):
+			resend = append(resend, o)
 		}
-		o.retries++
-		resend = append(resend, o.msg)
 	}
 	r.mu.Unlock()
-	for _, m := range resend {
-		r.v.log.Info().Str("msg", m.String()).Msg("no ACK in time; resending")
-		if _, err := r.v.sendNow(m); err != nil {
-			r.v.log.Debug().Err(err).Msg("resend failed")
+	for _, o := range resend {
+		// A resend that would wait (the peer is not reading) is tried again
+		// on the next tick rather than piling onto a full queue.
+		if _, err := r.v.trySend(o.msg); err != nil {
+			r.v.log.Debug().Err(err).Msg("resend deferred")
+			continue
 		}
+		r.mu.Lock()
+		o.retries++
+		r.mu.Unlock()
+		r.v.log.Info().Str("msg", o.msg.String()).Int("retry", o.retries).Msg("no ACK in time; resent")
 	}
 	for _, m := range failed {
-		err := fmt.Errorf("%w by node %d after %d resends", ErrNoAck, m.Meta.Recver, r.maxRetry)
+		err := fmt.Errorf("%w by node %d within %v (%d resends)", ErrNoAck, m.Meta.Recver, deadline, r.maxRetry)
 		r.v.log.Warn().Err(err).Str("msg", m.String()).Msg("giving up on a message")
 		r.v.handler.HandleSendFailure(m, err)
 	}

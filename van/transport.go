@@ -12,6 +12,10 @@ var ErrRecvTimeout = errors.New("van: receive timed out")
 // ErrNoPeer is returned by Transport.Send for a node that was never connected.
 var ErrNoPeer = errors.New("van: no connection to node")
 
+// ErrWouldBlock is returned by Transport.TrySend when the message cannot be
+// queued without waiting.
+var ErrWouldBlock = errors.New("van: send would block")
+
 // ErrClosed is returned by a transport that has been closed.
 var ErrClosed = errors.New("van: transport closed")
 
@@ -34,6 +38,10 @@ type Transport interface {
 	// Send sends the frames as one multipart message to node id and returns
 	// the number of bytes sent.
 	Send(id int, frames [][]byte) (int, error)
+	// TrySend is Send that never waits: when the message cannot be queued
+	// at once (the peer is slow), it returns ErrWouldBlock. The receive
+	// loop uses it, so that it can never be stuck behind a full queue.
+	TrySend(id int, frames [][]byte) (int, error)
 	// Recv returns the next message: the sender's identity and its frames.
 	// It returns ErrRecvTimeout now and then so that the caller can check
 	// whether to stop.

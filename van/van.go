@@ -358,7 +358,13 @@ func (v *Van) Send(msg *message.Message) (int, error) {
 }
 
 // sendNow sends msg once.
-func (v *Van) sendNow(msg *message.Message) (int, error) {
+func (v *Van) sendNow(msg *message.Message) (int, error) { return v.send(msg, false) }
+
+// trySend sends msg once if that needs no waiting; the receive loop sends
+// this way, so a slow peer can never stall it (and, through it, everyone).
+func (v *Van) trySend(msg *message.Message) (int, error) { return v.send(msg, true) }
+
+func (v *Van) send(msg *message.Message, try bool) (int, error) {
 	if msg.Meta.Recver == emptyID {
 		return 0, errors.New("van: message without a receiver")
 	}
@@ -375,7 +381,12 @@ func (v *Van) sendNow(msg *message.Message) (int, error) {
 	frames := make([][]byte, 0, 1+len(msg.Data))
 	frames = append(frames, meta)
 	frames = append(frames, msg.Data...)
-	n, err := v.tr.Send(int(msg.Meta.Recver), frames)
+	var n int
+	if try {
+		n, err = v.tr.TrySend(int(msg.Meta.Recver), frames)
+	} else {
+		n, err = v.tr.Send(int(msg.Meta.Recver), frames)
+	}
 	if err != nil {
 		return n, err
 	}
@@ -780,8 +791,8 @@ func (v *Van) handleHeartbeat(msg *message.Message) {
 			ack.Meta.Control.Cmd = message.CmdHeartbeat
 			ack.Meta.Control.Nodes = []message.Node{v.MyNode()}
 			ack.Meta.Timestamp = v.NextTimestamp()
-			if _, err := v.Send(ack); err != nil {
-				v.log.Debug().Err(err).Int32("to", n.ID).Msg("heartbeat reply failed")
+			if _, err := v.trySend(ack); err != nil {
+				v.log.Debug().Err(err).Int32("to", n.ID).Msg("heartbeat reply not sent")
 			}
 		}
 	}

@@ -253,7 +253,14 @@ func (t *ZMQTransport) Disconnect(id int) {
 }
 
 // Send implements Transport.
-func (t *ZMQTransport) Send(id int, frames [][]byte) (int, error) {
+func (t *ZMQTransport) Send(id int, frames [][]byte) (int, error) { return t.send(id, frames, 0) }
+
+// TrySend implements Transport.
+func (t *ZMQTransport) TrySend(id int, frames [][]byte) (int, error) {
+	return t.send(id, frames, zmq.DONTWAIT)
+}
+
+func (t *ZMQTransport) send(id int, frames [][]byte, flags zmq.Flag) (int, error) {
 	for {
 		t.peersMu.RLock()
 		p, ok := t.peers[id]
@@ -270,21 +277,27 @@ func (t *ZMQTransport) Send(id int, frames [][]byte) (int, error) {
 			p.mu.Unlock()
 			continue
 		}
-		n, err := sendFrames(p.sock, frames)
+		n, err := sendFrames(p.sock, frames, flags)
 		p.mu.Unlock()
 		return n, err
 	}
 }
 
-func sendFrames(sock *zmq.Socket, frames [][]byte) (int, error) {
+// sendFrames sends a multipart message. With DONTWAIT, only the first frame
+// can be refused (ZeroMQ then queues nothing); the rest of a message whose
+// first frame was taken is always taken.
+func sendFrames(sock *zmq.Socket, frames [][]byte, flags zmq.Flag) (int, error) {
 	total := 0
 	for i, f := range frames {
-		flag := zmq.SNDMORE
+		flag := flags | zmq.SNDMORE
 		if i == len(frames)-1 {
-			flag = 0
+			flag = flags
 		}
 		n, err := sock.SendBytes(f, flag)
 		if err != nil {
+			if i == 0 && errors.Is(err, zmq.Errno(syscall.EAGAIN)) {
+				return 0, ErrWouldBlock
+			}
 			return total, fmt.Errorf("van: send frame %d/%d: %w", i, len(frames), err)
 		}
 		total += n

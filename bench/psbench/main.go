@@ -299,7 +299,7 @@ func memory(w *kv.KVWorker[float32], rank int, add func(Result)) {
 	ring := make([]int, 0, 64)
 	step := *memReqs / 10
 	for i := 1; i <= *memReqs; i++ {
-		if len(ring) == cap(ring) {
+		if len(ring) == 64 {
 			prog.Check(w.Wait(ring[0]), "push")
 			ring = ring[1:]
 		}
