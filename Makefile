@@ -2,7 +2,7 @@
 #   make deps    install the system packages the build needs (libzmq, pkg-config, protoc)
 #   make build   all programs into build/
 #   make test    vet, unit tests with -race, cluster tests through scripts/local.sh
-#   make demo    a 2-server, 2-worker job
+#   make demo    test_kv_app, then logistic regression on heart_scale and Fashion-MNIST (2 servers, 2 workers)
 #   make proto   regenerate message/pb/meta.pb.go; make proto-check fails on drift
 #   make bench   micro-benchmarks, then psbench jobs writing docs/PERFORMANCE.md
 GO        ?= go
@@ -19,7 +19,7 @@ deps:
 
 build:
 	@mkdir -p $(BUILD)
-	$(GO) build -o $(BUILD)/ ./tests/... ./bench/...
+	$(GO) build -o $(BUILD)/ ./tests/... ./bench/... ./examples/... ./cmd/...
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
@@ -30,6 +30,7 @@ test: vet build
 
 demo: build
 	scripts/local.sh 2 2 $(BUILD)/test_kv_app
+	bash examples/lr/demo.sh
 
 proto:
 	@test -x $(GOBIN)/protoc-gen-go || $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)

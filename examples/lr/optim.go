@@ -1,0 +1,95 @@
+package main
+
+import (
+	"fmt"
+	"math"
+)
+
+// Param is the state a server keeps for one key: the weight and, for FTRL,
+// the accumulators z and n.
+type Param struct {
+	W, Z, N float64
+}
+
+// Optimizer turns a key's gradient into a new weight on the server.
+type Optimizer interface {
+	// Update applies gradient g to p. share is the part of one step's
+	// regularisation this update carries: 1 when the update is a whole step
+	// (BSP), 1/workers when each worker's push is applied on its own (ASP,
+	// SSP). rate scales the learning rate (the -lr-decay schedule).
+	Update(p *Param, g, share, rate float64)
+	// String describes the optimiser and its settings.
+	String() string
+}
+
+// SGD is plain stochastic gradient descent with L2 regularisation:
+// w ← w - rate·LR·(g + share·L2·w). The regularisation is lazy: only keys
+// that a step touches decay.
+type SGD struct {
+	LR, L2 float64
+}
+
+// Update implements Optimizer.
+func (o SGD) Update(p *Param, g, share, rate float64) {
+	p.W -= rate * o.LR * (g + share*o.L2*p.W)
+}
+
+func (o SGD) String() string { return fmt.Sprintf("sgd(lr=%g, l2=%g)", o.LR, o.L2) }
+
+// FTRL is FTRL-proximal (McMahan et al., "Ad Click Prediction: a View from
+// the Trenches", 2013) with per-coordinate learning rates:
+//
+//	σ = (√(n+g²) - √n) / α
+//	z ← z + g - σ·w
+//	n ← n + g²
+//	w = 0                                        if |z| ≤ L1
+//	w = -(z - sign(z)·L1) / ((β + √n)/α + L2)    otherwise
+type FTRL struct {
+	Alpha, Beta, L1, L2 float64
+}
+
+// Update implements Optimizer. FTRL's regularisation is part of its closed
+// form and its per-coordinate rates decay by themselves, so share and rate
+// are not used.
+func (o FTRL) Update(p *Param, g, _, _ float64) {
+	sigma := (math.Sqrt(p.N+g*g) - math.Sqrt(p.N)) / o.Alpha
+	p.Z += g - sigma*p.W
+	p.N += g * g
+	if math.Abs(p.Z) <= o.L1 {
+		p.W = 0
+		return
+	}
+	s := 1.0
+	if p.Z < 0 {
+		s = -1
+	}
+	p.W = -(p.Z - s*o.L1) / ((o.Beta+math.Sqrt(p.N))/o.Alpha + o.L2)
+}
+
+func (o FTRL) String() string {
+	return fmt.Sprintf("ftrl(alpha=%g, beta=%g, l1=%g, l2=%g)", o.Alpha, o.Beta, o.L1, o.L2)
+}
+
+// NewOptimizer returns the optimiser named name ("sgd" or "ftrl").
+func NewOptimizer(name string, lr, alpha, beta, l1, l2 float64) (Optimizer, error) {
+	switch name {
+	case "sgd":
+		if lr <= 0 {
+			return nil, fmt.Errorf("-lr must be positive")
+		}
+		if l1 != 0 {
+			return nil, fmt.Errorf("-l1 needs -opt=ftrl")
+		}
+		if l2 < 0 {
+			return nil, fmt.Errorf("-l2 must not be negative")
+		}
+		return SGD{LR: lr, L2: l2}, nil
+	case "ftrl":
+		if alpha <= 0 || beta < 0 || l1 < 0 || l2 < 0 {
+			return nil, fmt.Errorf("ftrl needs -alpha > 0 and -beta, -l1, -l2 >= 0")
+		}
+		return FTRL{Alpha: alpha, Beta: beta, L1: l1, L2: l2}, nil
+	default:
+		return nil, fmt.Errorf("unknown optimiser %q (want sgd or ftrl)", name)
+	}
+}

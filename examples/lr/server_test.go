@@ -1,0 +1,248 @@
+package main
+
+import (
+	"errors"
+	"math"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/gopslite/pslite/kv"
+	"github.com/gopslite/pslite/message"
+	"github.com/gopslite/pslite/postoffice"
+)
+
+// recorder collects a Store's responses and numbers the requests.
+type recorder struct {
+	mu  sync.Mutex
+	got []kv.KVMeta
+	res []kv.KVPairs[float32]
+	ts  int // the last request's timestamp
+}
+
+func (r *recorder) respond(meta kv.KVMeta, res kv.KVPairs[float32]) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, meta)
+	r.res = append(r.res, res)
+	return nil
+}
+
+// pulls returns the timestamps of the pull responses so far.
+func (r *recorder) pulls() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ts []int
+	for _, m := range r.got {
+		if m.Pull {
+			ts = append(ts, m.Timestamp)
+		}
+	}
+	return ts
+}
+
+// pullVals returns the values of the pull answered for timestamp ts.
+func (r *recorder) pullVals(ts int) []float32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, m := range r.got {
+		if m.Pull && m.Timestamp == ts {
+			return r.res[i].Vals
+		}
+	}
+	return nil
+}
+
+// pushTrain sends worker's gradient for step to s: keys with vals and the
+// control key of server 0 with rate 1.
+func pushTrain(s *Store, r *recorder, worker, step int, keys []uint64, vals []float32) {
+	r.ts++
+	meta := kv.KVMeta{Cmd: command(kindTrain, step), Push: true, Sender: message.WorkerRankToID(worker), Timestamp: r.ts}
+	keys = append(slices.Clone(keys), ctrlBase)
+	vals = append(slices.Clone(vals), 1)
+	s.Serve(meta, kv.KVPairs[float32]{Keys: keys, Vals: vals}, r.respond)
+}
+
+// pull asks for keys as worker at step; it returns the request's timestamp.
+func pull(s *Store, r *recorder, worker, kind, step int, keys []uint64) int {
+	r.ts++
+	meta := kv.KVMeta{Cmd: command(kind, step), Pull: true, Sender: message.WorkerRankToID(worker), Timestamp: r.ts}
+	s.Serve(meta, kv.KVPairs[float32]{Keys: keys}, r.respond)
+	return r.ts
+}
+
+func TestCommand(t *testing.T) {
+	for _, c := range [][2]int{{kindTrain, 0}, {kindStats, 7}, {kindFinal, maxStep}} {
+		k, s := splitCommand(command(c[0], c[1]))
+		if k != c[0] || s != c[1] {
+			t.Errorf("%v -> %d %d", c, k, s)
+		}
+	}
+	if command(kindFinal, maxStep) > math.MaxInt32 {
+		t.Error("maxStep overflows the int32 head")
+	}
+}
+
+func TestASPAppliesAtOnce(t *testing.T) {
+	s := NewStore(SGD{LR: 1}, ASP, 0, 2)
+	r := &recorder{}
+	pushTrain(s, r, 0, 0, []uint64{1, 2}, []float32{0.5, -1})
+	pushTrain(s, r, 1, 0, []uint64{2}, []float32{0.25})
+	ts := pull(s, r, 0, kindTrain, 9, []uint64{1, 2, 3})
+	if got := r.pullVals(ts); !slices.Equal(got, []float32{-0.5, 0.75, 0}) {
+		t.Errorf("pulled %v", got)
+	}
+	st, errs := s.Stats()
+	if st.Keys != 3 || st.Pushes != 2 || st.Held != 0 || len(errs) != 0 {
+		t.Errorf("stats %+v, errors %v", st, errs)
+	}
+}
+
+func TestBSPHoldsPullsUntilTheStepIsApplied(t *testing.T) {
+	// FTRL makes the difference between one update with the summed
+	// gradient and two updates visible.
+	opt := FTRL{Alpha: 0.1, Beta: 1}
+	s := NewStore(opt, BSP, 0, 2)
+	r := &recorder{}
+	pull(s, r, 0, kindTrain, 0, []uint64{5})
+	pull(s, r, 1, kindTrain, 0, []uint64{5})
+	if len(r.pulls()) != 2 {
+		t.Fatalf("step 0 pulls held: %v", r.pulls())
+	}
+	pushTrain(s, r, 0, 0, []uint64{5}, []float32{0.5})
+	next0 := pull(s, r, 0, kindTrain, 1, []uint64{5})
+	if s.HeldPulls() != 1 || s.Weight(5) != 0 {
+		t.Fatalf("after one of two pushes: %d held, weight %v", s.HeldPulls(), s.Weight(5))
+	}
+	// A second push of the same worker for the same step does not count
+	// as another worker.
+	pushTrain(s, r, 0, 0, []uint64{5}, []float32{0})
+	if s.HeldPulls() != 1 {
+		t.Fatalf("a repeated push completed the step")
+	}
+	pushTrain(s, r, 1, 0, []uint64{5}, []float32{0.25})
+	if s.HeldPulls() != 0 {
+		t.Fatalf("step 1 pull still held")
+	}
+	var want Param
+	opt.Update(&want, 0.75, 1, 1)
+	if got := r.pullVals(next0); len(got) != 1 || got[0] != float32(want.W) {
+		t.Errorf("step 1 pull got %v, want [%v]", got, want.W)
+	}
+	st, errs := s.Stats()
+	if st.StepsApplied != 1 || st.Held != 1 || len(errs) != 0 {
+		t.Errorf("stats %+v, errors %v", st, errs)
+	}
+}
+
+func TestSSPBoundsStaleness(t *testing.T) {
+	s := NewStore(SGD{LR: 1}, SSP, 1, 2)
+	r := &recorder{}
+	// Worker 0 runs ahead: steps 0 and 1 need nobody.
+	for step := 0; step < 2; step++ {
+		pull(s, r, 0, kindTrain, step, []uint64{1})
+		pushTrain(s, r, 0, step, []uint64{1}, []float32{1})
+	}
+	// Step 2 needs every worker at clock >= 1.
+	ts := pull(s, r, 0, kindTrain, 2, []uint64{1})
+	if s.HeldPulls() != 1 {
+		t.Fatal("step 2 ran 2 steps ahead of a worker at clock 0")
+	}
+	// Updates are applied at once under SSP.
+	if s.Weight(1) != -2 {
+		t.Errorf("weight %v, want -2", s.Weight(1))
+	}
+	pull(s, r, 1, kindTrain, 0, []uint64{1})
+	pushTrain(s, r, 1, 0, []uint64{1}, []float32{1})
+	if s.HeldPulls() != 0 {
+		t.Fatal("step 2 still held once the slowest worker reached clock 1")
+	}
+	if got := r.pullVals(ts); !slices.Equal(got, []float32{-3}) {
+		t.Errorf("pulled %v, want [-3]", got)
+	}
+}
+
+func TestStatsPullWaitsForEveryReport(t *testing.T) {
+	s := NewStore(SGD{LR: 1}, ASP, 0, 2)
+	r := &recorder{}
+	keys := []uint64{statsKey(0, 0, 2, 0), statsKey(0, 1, 2, 0)}
+	ts := pull(s, r, 0, kindStats, 0, keys)
+	push := func(k uint64, v float32) {
+		meta := kv.KVMeta{Cmd: command(kindStats, 0), Push: true, Sender: message.WorkerRankToID(0)}
+		s.Serve(meta, kv.KVPairs[float32]{Keys: []uint64{k}, Vals: []float32{v}}, r.respond)
+	}
+	push(keys[0], 3)
+	if s.HeldPulls() != 1 {
+		t.Fatal("stats pull answered with a report missing")
+	}
+	push(keys[1], 4)
+	if got := r.pullVals(ts); !slices.Equal(got, []float32{3, 4}) {
+		t.Errorf("pulled %v", got)
+	}
+	// Reports are stored, not added, and are no model keys.
+	if st, _ := s.Stats(); st.Keys != 0 {
+		t.Errorf("%d model keys", st.Keys)
+	}
+}
+
+func TestStoreRecordsFailedResponses(t *testing.T) {
+	s := NewStore(SGD{LR: 1}, ASP, 0, 1)
+	s.Serve(kv.KVMeta{Push: true, Cmd: command(kindTrain, 0)}, kv.KVPairs[float32]{Keys: []uint64{1}, Vals: []float32{1}},
+		func(kv.KVMeta, kv.KVPairs[float32]) error { return errors.New("gone") })
+	if _, errs := s.Stats(); len(errs) != 1 {
+		t.Errorf("errors %v", errs)
+	}
+}
+
+func TestSlicer(t *testing.T) {
+	r := keyRouter{numKeys: 10}
+	ranges := make([]postoffice.Range, 3)
+	// Fold 1's keys 10..19: server s holds local keys [ceil(10s/3), ceil(10(s+1)/3)).
+	keys := []uint64{10, 13, 14, 16, 17, 19, statsBase + 2, ctrlBase, ctrlBase + 1, ctrlBase + 2}
+	vals := []float32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}
+	parts, err := r.Slicer(kv.KVPairs[float32]{Keys: keys, Vals: vals}, ranges)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]uint64{
+		{10, 13, statsBase + 2, ctrlBase}, // local keys 0..3
+		{14, 16, ctrlBase + 1},            // local keys 4..6
+		{17, 19, ctrlBase + 2},            // local keys 7..9
+	}
+	wantVals := [][]float32{{0, 1, 6, 7}, {2, 3, 8}, {4, 5, 9}}
+	for s := range parts {
+		if !slices.Equal(parts[s].Keys, want[s]) || !slices.Equal(parts[s].Vals, wantVals[s]) {
+			t.Errorf("server %d: %v %v, want %v %v", s, parts[s].Keys, parts[s].Vals, want[s], wantVals[s])
+		}
+	}
+	// Every key lands on the server route names.
+	for k := uint64(0); k < 40; k++ {
+		s, next, err := r.route(k, 3)
+		if err != nil || int((k%10)*3/10) != s || next <= k {
+			t.Errorf("route(%d) = %d, %d, %v", k, s, next, err)
+		}
+		if s2, _, _ := r.route(next-1, 3); s2 != s {
+			t.Errorf("route(%d): the run ends early at %d", k, next)
+		}
+		if next%10 != 0 {
+			if s2, _, _ := r.route(next, 3); s2 == s {
+				t.Errorf("route(%d): the run ends late at %d", k, next)
+			}
+		}
+	}
+	// A pull's parts share memory with its keys.
+	pk := []uint64{0, 1, 5, 9}
+	parts, err = r.Slicer(kv.KVPairs[float32]{Keys: pk}, ranges)
+	if err != nil || &parts[0].Keys[0] != &pk[0] || len(parts[2].Keys) != 1 {
+		t.Errorf("pull parts %v, %v", parts, err)
+	}
+	if _, err := r.Slicer(kv.KVPairs[float32]{Keys: []uint64{3, 2}, Vals: []float32{1, 1}}, ranges); !errors.Is(err, kv.ErrUnsortedKeys) {
+		t.Errorf("unsorted keys: %v", err)
+	}
+	if _, err := r.Slicer(kv.KVPairs[float32]{Keys: []uint64{1, 17, 16}}, ranges); !errors.Is(err, kv.ErrUnsortedKeys) {
+		t.Errorf("unsorted keys across servers: %v", err)
+	}
+	if _, err := r.Slicer(kv.KVPairs[float32]{Keys: []uint64{ctrlBase + 3}}, ranges); err == nil {
+		t.Error("control key of a fourth server accepted")
+	}
+}
