@@ -62,33 +62,12 @@ func pushPullExact[V message.Value](t *testing.T, mem bool) {
 				vals[i] = V(i % 100)
 			}
 			const repeat = 5
-			for i := 0; i < repeat; i++ {
-				ts, err := w.Push(keys, vals, nil)
-				if err == nil {
-					err = w.Wait(ts)
-				}
-				if err != nil {
-					t.Error(err)
-					return
-				}
-			}
-			var got []V
-			ts, err := w.Pull(keys, &got, nil)
-			if err == nil {
-				err = w.Wait(ts)
-			}
-			if err != nil {
-				t.Error(err)
+			if err := testcluster.PushRepeatPull(w, keys, vals, repeat); err != nil {
+				t.Errorf("worker %d: %v", r, err)
 				return
 			}
-			for i := range keys {
-				if got[i] != vals[i]*repeat {
-					t.Errorf("worker %d key %d: got %v want %v", r, i, got[i], vals[i]*repeat)
-					return
-				}
-			}
 			var outs []V
-			ts, err = w.PushPull(keys, vals, &outs, nil)
+			ts, err := w.PushPull(keys, vals, &outs, nil)
 			if err == nil {
 				err = w.Wait(ts)
 			}

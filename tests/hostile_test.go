@@ -125,30 +125,8 @@ func TestHostileInput(t *testing.T) {
 				keys[i] = message.MaxKey/1000*uint64(i) + uint64(r)
 				vals[i] = float32(i % 97)
 			}
-			for i := 0; i < 20; i++ {
-				ts, err := w.Push(keys, vals, nil)
-				if err == nil {
-					err = w.Wait(ts)
-				}
-				if err != nil {
-					t.Error(err)
-					return
-				}
-			}
-			var got []float32
-			ts, err := w.Pull(keys, &got, nil)
-			if err == nil {
-				err = w.Wait(ts)
-			}
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			for i := range keys {
-				if got[i] != vals[i]*20 {
-					t.Errorf("worker %d key %d: %v, want %v", r, i, got[i], vals[i]*20)
-					return
-				}
+			if err := testcluster.PushRepeatPull(w, keys, vals, 20); err != nil {
+				t.Errorf("worker %d: %v", r, err)
 			}
 		}()
 	}

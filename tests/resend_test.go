@@ -40,31 +40,8 @@ func TestResendUnderDrops(t *testing.T) {
 						keys[i] = message.MaxKey/100*uint64(i) + uint64(r)
 						vals[i] = float32(i)
 					}
-					const repeat = 10
-					for i := 0; i < repeat; i++ {
-						ts, err := w.Push(keys, vals, nil)
-						if err == nil {
-							err = w.Wait(ts)
-						}
-						if err != nil {
-							t.Error(err)
-							return
-						}
-					}
-					var got []float32
-					ts, err := w.Pull(keys, &got, nil)
-					if err == nil {
-						err = w.Wait(ts)
-					}
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					for i := range keys {
-						if got[i] != vals[i]*repeat {
-							t.Errorf("key %d: %v, want %v (a push applied twice or lost)", i, got[i], vals[i]*repeat)
-							return
-						}
+					if err := testcluster.PushRepeatPull(w, keys, vals, 10); err != nil {
+						t.Errorf("worker %d: %v", r, err)
 					}
 				}()
 			}
