@@ -74,7 +74,13 @@ func ParseSyncMode(s string) (SyncMode, error) {
 	return 0, fmt.Errorf("unknown consistency model %q (want asp, bsp or ssp)", s)
 }
 
-func (m SyncMode) String() string { return [...]string{"asp", "bsp", "ssp"}[m] }
+// String returns the model's flag value.
+func (m SyncMode) String() string {
+	if m < ASP || m > SSP {
+		return fmt.Sprintf("SyncMode(%d)", int(m))
+	}
+	return [...]string{"asp", "bsp", "ssp"}[m]
+}
 
 // Responder answers a request; KVServer.Response in a job, a recorder in
 // tests.
@@ -89,8 +95,12 @@ type held struct {
 	since time.Time
 }
 
-// stepBuf sums the gradients of one BSP step.
+// stepBuf collects the gradients of one BSP step. The step being applied
+// (Store.applied) sums them next to the weights, in the pages (keys lists
+// the keys that hold a sum); a step further ahead, which the protocol never
+// produces, would sum them in grads.
 type stepBuf struct {
+	keys    []uint64
 	grads   map[uint64]float64
 	pushers map[int]bool
 	rate    float64
@@ -222,11 +232,22 @@ func (s *Store) push(worker, step int, data kv.KVPairs[float32]) {
 			s.pending[step] = b
 		}
 		for i, k := range data.Keys {
-			if k < statsBase {
-				b.grads[k] += float64(data.Vals[i])
+			if k >= statsBase {
+				continue
 			}
+			g := float64(data.Vals[i])
+			if step != s.applied {
+				b.grads[k] += g
+				continue
+			}
+			pg, j := s.slot(k)
+			if !pg.inStep[j] {
+				pg.inStep[j] = true
+				b.keys = append(b.keys, k)
+			}
+			pg.grad[j] += g
 		}
-		s.st.BufferedMaxKeys = max(s.st.BufferedMaxKeys, len(b.grads))
+		s.st.BufferedMaxKeys = max(s.st.BufferedMaxKeys, len(b.keys)+len(b.grads))
 		b.pushers[worker] = true
 		// Steps complete in order: a worker pulls step t+1 only after
 		// step t is applied, so at most one step is pending.
@@ -234,6 +255,12 @@ func (s *Store) push(worker, step int, data kv.KVPairs[float32]) {
 			b := s.pending[s.applied]
 			if b == nil || len(b.pushers) < s.workers {
 				break
+			}
+			for _, k := range b.keys {
+				pg, j := s.slot(k)
+				g := pg.grad[j]
+				pg.grad[j], pg.inStep[j] = 0, false
+				s.opt.Update(&pg.params[j], g, 1, b.rate)
 			}
 			for k, g := range b.grads {
 				s.opt.Update(s.param(k), g, 1, b.rate)
@@ -258,16 +285,25 @@ func (s *Store) push(worker, step int, data kv.KVPairs[float32]) {
 const pageBits = 10
 
 // page holds the state of 1<<pageBits consecutive keys; a key exists once
-// touched.
+// touched. Under BSP, grad sums the pending step's gradient of the keys
+// marked inStep.
 type page struct {
 	params  [1 << pageBits]Param
 	touched [1 << pageBits]bool
+	grad    [1 << pageBits]float64
+	inStep  [1 << pageBits]bool
 }
 
-// param returns key k's state, creating it on first touch. Keys are kept in
-// pages of consecutive keys, so that the dense keys of a model cost one map
-// look-up per page rather than per key.
+// param returns key k's state, creating it on first touch.
 func (s *Store) param(k uint64) *Param {
+	pg, j := s.slot(k)
+	return &pg.params[j]
+}
+
+// slot returns the page and index of key k, creating the key on first
+// touch. Keys are kept in pages of consecutive keys, so that the dense keys
+// of a model cost one map look-up per page rather than per key.
+func (s *Store) slot(k uint64) (*page, int) {
 	idx := k >> pageBits
 	pg := s.last
 	if pg == nil || idx != s.lastIdx {
@@ -278,12 +314,12 @@ func (s *Store) param(k uint64) *Param {
 		}
 		s.last, s.lastIdx = pg, idx
 	}
-	i := k & (1<<pageBits - 1)
-	if !pg.touched[i] {
-		pg.touched[i] = true
+	j := int(k & (1<<pageBits - 1))
+	if !pg.touched[j] {
+		pg.touched[j] = true
 		s.st.Keys++
 	}
-	return &pg.params[i]
+	return pg, j
 }
 
 // ready reports whether a pull of keys of the given kind at step may be
