@@ -21,12 +21,24 @@ export PS_LOCAL_TIMEOUT=${PS_LOCAL_TIMEOUT:-900}
 mkdir -p build "$OUT"
 go build -o build/ ./examples/lr
 
+# job LOG SERVERS WORKERS ARGS... runs one job into LOG, starting it again
+# (at most twice) when the port local.sh picked was taken meanwhile.
+job() {
+  local log=$1 try
+  shift
+  for try in 1 2 3; do
+    scripts/local.sh "$@" >"$log" 2>&1 && return 0
+    grep -q 'address already in use' "$log" || return 1
+  done
+  return 1
+}
+
 # run NAME SERVERS WORKERS ARGS... runs one job and prints its table row.
 run() {
   local name=$1 s=$2 w=$3
   shift 3
   local log="$OUT/$name.txt"
-  scripts/local.sh "$s" "$w" build/lr "$@" >"$log" 2>&1 || {
+  job "$log" "$s" "$w" build/lr "$@" || {
     echo "| $name | ${s}x$w | FAILED, see $log |"
     return
   }
@@ -79,8 +91,8 @@ if [[ $what == rate ]]; then
       rates=() held=-
       for rep in 1 2 3; do
         log="$OUT/rate-$sync-w$w-$rep.txt"
-        scripts/local.sh 2 "$w" build/lr "${FASHION[@]}" -opt=sgd -lr=1 -lr-decay=2 -batch=100 -epochs=3 \
-          -sync=$sync -staleness=2 >"$log" 2>&1 || { rates+=(FAILED); continue; }
+        job "$log" 2 "$w" build/lr "${FASHION[@]}" -opt=sgd -lr=1 -lr-decay=2 -batch=100 -epochs=3 \
+          -sync=$sync -staleness=2 || { rates+=(FAILED); continue; }
         rates+=("$(grep '^final:' "$log" | sed -E 's/.* ([0-9]+) examples\/s overall.*/\1/')")
         held=$(grep -o 'pulls held ([0-9.]*%' "$log" | head -1 | sed 's/pulls held (//') || held=-
       done
