@@ -131,6 +131,7 @@ type ParseError struct {
 	Msg  string
 }
 
+// Error formats the error as "file:line: message".
 func (e *ParseError) Error() string {
 	if e.Name != "" {
 		return fmt.Sprintf("%s:%d: %s", e.Name, e.Line, e.Msg)
@@ -429,6 +430,11 @@ func writeFileAtomic(path string, write func(io.Writer) error) error {
 		return err
 	}
 	defer os.Remove(tmp.Name())
+	// CreateTemp makes the file private; a model or plot is for everyone.
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
 	if err := write(tmp); err != nil {
 		tmp.Close()
 		return err

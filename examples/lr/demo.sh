@@ -6,7 +6,7 @@
 #      with the model and a plot written to build/, then scored again by the
 #      stand-alone predict mode.
 # Needs the Debian packages liblinear-tools and dataset-fashion-mnist
-# (`make deps` installs them). Takes about a minute on 2 cores.
+# (`make deps` installs them). Takes one to two minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 HEART=/usr/share/doc/liblinear-tools/examples/heart_scale
@@ -31,6 +31,6 @@ fi
 echo
 echo "== Fashion-MNIST: softmax regression, 2 servers x 2 workers, ASP, SGD"
 scripts/local.sh 2 2 build/lr -train="$FM/train-images-idx3-ubyte.gz" -test="$FM/t10k-images-idx3-ubyte.gz" \
-  -opt=sgd -lr=1 -lr-decay=2 -batch=100 -epochs=5 -sync=asp \
+  -opt=sgd -lr=1 -lr-decay=2 -batch=100 -epochs=20 -sync=asp \
   -model=build/lr-fashion.model -plot=build/lr-fashion.png
 echo "predict (stand-alone, no cluster): $(build/lr -mode=predict -model=build/lr-fashion.model -data="$FM/t10k-images-idx3-ubyte.gz")"

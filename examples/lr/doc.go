@@ -14,7 +14,7 @@
 // Launch it like any ps-lite program:
 //
 //	go build -o build/ ./examples/lr
-//	scripts/local.sh 2 2 build/lr -train=/usr/share/doc/liblinear-tools/examples/heart_scale -cv=5 -sync=bsp
+//	scripts/local.sh 2 2 build/lr -train=/usr/share/doc/liblinear-tools/examples/heart_scale -cv=5 -batch=8 -sync=bsp
 //	scripts/local.sh 2 2 build/lr \
 //	    -train=/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz \
 //	    -test=/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz \

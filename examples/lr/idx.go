@@ -67,6 +67,7 @@ type readCloser struct {
 	closers []io.Closer
 }
 
+// Close closes the readers in order and returns the first error.
 func (r *readCloser) Close() error {
 	var first error
 	for _, c := range r.closers {

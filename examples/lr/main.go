@@ -262,6 +262,9 @@ func work(cfg *Config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if folds := uint64(max(cfg.CV, 1)); uint64(features)*uint64(labels.Outputs())*folds >= statsBase {
+		return fmt.Errorf("%d features × %d outputs × %d folds do not fit below key %d", features, labels.Outputs(), folds, statsBase)
+	}
 	kvw, err := ps.NewKVWorker[float32](0, 0)
 	if err != nil {
 		return err

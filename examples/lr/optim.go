@@ -34,6 +34,7 @@ func (o SGD) Update(p *Param, g, share, rate float64) {
 	p.W -= rate * o.LR * (g + share*o.L2*p.W)
 }
 
+// String implements Optimizer.
 func (o SGD) String() string { return fmt.Sprintf("sgd(lr=%g, l2=%g)", o.LR, o.L2) }
 
 // FTRL is FTRL-proximal (McMahan et al., "Ad Click Prediction: a View from
@@ -66,6 +67,7 @@ func (o FTRL) Update(p *Param, g, _, _ float64) {
 	p.W = -(p.Z - s*o.L1) / ((o.Beta+math.Sqrt(p.N))/o.Alpha + o.L2)
 }
 
+// String implements Optimizer.
 func (o FTRL) String() string {
 	return fmt.Sprintf("ftrl(alpha=%g, beta=%g, l1=%g, l2=%g)", o.Alpha, o.Beta, o.L1, o.L2)
 }
