@@ -8,6 +8,10 @@
 // Worker rank 0 prints one JSON object per result on lines starting with
 // "RESULT " and a human-readable table at the end. Servers store nothing:
 // a push is answered empty, a pull with zeros of the right length.
+//
+// Every measurement alternates with its raw counterpart in the same run:
+// the same bytes between the same processes over bare pebbe/zmq4 sockets
+// (see raw.go), so that a drift in the machine's speed hits both.
 package main
 
 import (
@@ -56,7 +60,11 @@ type Result struct {
 	Ratio float64 `json:"ratio,omitempty"`
 }
 
-const cmdRSS = 1 // SimpleApp head: a server answers with its RSS in bytes
+// SimpleApp heads a server answers.
+const (
+	cmdRSS     = 1 // its RSS in bytes
+	cmdRawAddr = 2 // the endpoint of its raw server
+)
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "report" {
@@ -70,12 +78,20 @@ func main() {
 	defer prog.Profile()()
 	prog.Check(ps.Start(0), "start")
 	if ps.IsServer() {
+		node, err := ps.Node()
+		prog.Check(err, "node")
+		raw, err := startRawServer(node.Van().MyNode().Hostname)
+		prog.Check(err, "raw server")
+		ps.RegisterExitCallback(raw.Close)
 		s, err := ps.NewKVServer[float32](0)
 		prog.Check(err, "server")
 		s.SetSimpleRequestHandle(func(d kv.SimpleData, app *kv.SimpleApp) {
 			body := ""
-			if d.Head == cmdRSS {
+			switch d.Head {
+			case cmdRSS:
 				body = fmt.Sprint(settledRSS())
+			case cmdRawAddr:
+				body = raw.endpoint
 			}
 			app.Response(d, body)
 		})
@@ -138,6 +154,9 @@ func runWorker(w *kv.KVWorker[float32]) {
 		r.Servers, r.Workers, r.Label = ps.NumServers(), ps.NumWorkers(), *label
 		if r.Raw > 0 {
 			r.Ratio = r.Value / r.Raw
+			if r.Unit == "req/s" { // a rate: the ratio is still ours' cost over raw's
+				r.Ratio = r.Raw / r.Value
+			}
 		}
 		results = append(results, r)
 		if rank == 0 {
@@ -145,9 +164,13 @@ func runWorker(w *kv.KVWorker[float32]) {
 			fmt.Printf("RESULT %s\n", b)
 		}
 	}
-	var raw rawFigures
-	if want("raw") || want("bulk") || want("latency") {
-		raw = measureRaw(*numKeys * (8 + 4**valLen))
+	var raw *rawClient
+	if want("bulk") || want("latency") || want("window") {
+		eps := askServers(w.SimpleApp, cmdRawAddr)
+		var err error
+		raw, err = newRawClient(eps)
+		prog.Check(err, "raw client")
+		defer raw.Close()
 	}
 	if want("bulk") {
 		bulk(w, rank, raw, add)
@@ -156,7 +179,7 @@ func runWorker(w *kv.KVWorker[float32]) {
 		latency(w, rank, raw, add)
 	}
 	if want("window") {
-		windowed(w, rank, add)
+		windowed(w, rank, raw, add)
 	}
 	if want("memory") {
 		memory(w, rank, add)
@@ -164,6 +187,23 @@ func runWorker(w *kv.KVWorker[float32]) {
 	if rank == 0 {
 		printTable(results)
 	}
+}
+
+// askServers sends head to every server and returns their answers by rank.
+func askServers(app *kv.SimpleApp, head int) []string {
+	var mu sync.Mutex
+	answers := make([]string, ps.NumServers())
+	app.SetResponseHandle(func(d kv.SimpleData, _ *kv.SimpleApp) {
+		mu.Lock()
+		answers[message.IDToRank(d.Sender)] = d.Body
+		mu.Unlock()
+	})
+	ts, err := app.Request(head, "", ps.ServerGroup)
+	prog.Check(err, "request to the servers")
+	prog.Check(app.Wait(ts), "request to the servers")
+	mu.Lock()
+	defer mu.Unlock()
+	return answers
 }
 
 func keysFor(n, rank int) ([]uint64, []float32) {
@@ -176,6 +216,39 @@ func keysFor(n, rank int) ([]uint64, []float32) {
 		vals[i] = float32(i % 1000)
 	}
 	return keys, vals
+}
+
+// split slices keys and vals over the servers as the worker does.
+func split(keys []uint64, vals []float32) []kv.KVPairs[float32] {
+	node, err := ps.Node()
+	prog.Check(err, "node")
+	parts, err := kv.DefaultSlicer(kv.KVPairs[float32]{Keys: keys, Vals: vals}, node.ServerKeyRanges())
+	prog.Check(err, "slice")
+	return parts
+}
+
+// metaBytes stands in for the meta frame of a response in raw replies.
+const metaBytes = 32
+
+// rawRequests builds each server's raw counterpart of a request over parts:
+// what is sent (keys, and values for a push) and what comes back (a meta,
+// and keys and values for a pull).
+func rawRequests(parts []kv.KVPairs[float32], push, pull bool) []*rawReq {
+	reqs := make([]*rawReq, len(parts))
+	for i, p := range parts {
+		if len(p.Keys) == 0 {
+			continue
+		}
+		r := &rawReq{send: [][]byte{message.Frame(p.Keys)}, reply: []int{metaBytes}}
+		if push {
+			r.send = append(r.send, message.Frame(p.Vals))
+		}
+		if pull {
+			r.reply = append(r.reply, len(p.Keys)*8, len(p.Keys)**valLen*4)
+		}
+		reqs[i] = r
+	}
+	return reqs
 }
 
 func median(d []time.Duration) time.Duration {
@@ -193,66 +266,114 @@ func percentile(d []time.Duration, p float64) time.Duration {
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 
-func bulk(w *kv.KVWorker[float32], rank int, raw rawFigures, add func(Result)) {
+// timed runs one request and waits for it.
+func timed(what string, w *kv.KVWorker[float32], do func() (int, error)) time.Duration {
+	start := time.Now()
+	ts, err := do()
+	prog.Check(err, what)
+	prog.Check(w.Wait(ts), what)
+	return time.Since(start)
+}
+
+func bulk(w *kv.KVWorker[float32], rank int, raw *rawClient, add func(Result)) {
 	keys, vals := keysFor(*numKeys, rank)
+	parts := split(keys, vals)
 	bytes := int64(len(keys)*8 + len(vals)*4)
 	var out []float32
 	ops := []struct {
-		name string
-		do   func() (int, error)
+		name       string
+		push, pull bool
+		do         func() (int, error)
 	}{
-		{"push", func() (int, error) { return w.ZPush(keys, vals, nil) }},
-		{"pull", func() (int, error) { return w.ZPull(keys, &out, nil) }},
-		{"pushpull", func() (int, error) { return w.ZPushPull(keys, vals, &out, nil) }},
+		{"push", true, false, func() (int, error) { return w.ZPush(keys, vals, nil) }},
+		{"pull", false, true, func() (int, error) { return w.ZPull(keys, &out, nil) }},
+		{"pushpull", true, true, func() (int, error) { return w.ZPushPull(keys, vals, &out, nil) }},
 	}
 	for _, op := range ops {
-		var d []time.Duration
+		reqs := rawRequests(parts, op.push, op.pull)
+		var d, r []time.Duration
+		runRaw := func() {
+			t, err := raw.roundTrip(reqs)
+			prog.Check(err, "raw "+op.name)
+			r = append(r, t)
+		}
+		runOurs := func() {
+			out = out[:0]
+			d = append(d, timed(op.name, w, op.do))
+		}
 		for i := 0; i < *repeat; i++ {
+			// Alternate which goes first, so that neither always inherits
+			// the other's garbage (or warm pages).
+			first, second := runRaw, runOurs
+			if i%2 == 1 {
+				first, second = runOurs, runRaw
+			}
 			prog.Check(ps.Barrier(0, ps.WorkerGroup), "barrier")
-			start := time.Now()
-			ts, err := op.do()
-			prog.Check(err, op.name)
-			prog.Check(w.Wait(ts), op.name)
-			d = append(d, time.Since(start))
+			first()
+			prog.Check(ps.Barrier(0, ps.WorkerGroup), "barrier")
+			second()
 		}
 		add(Result{Name: "bulk_" + op.name, Keys: *numKeys, Bytes: bytes, Value: ms(median(d)), Unit: "ms",
-			Raw: ms(raw.bulk), Extra: fmt.Sprintf("%.2f GB/s", float64(bytes)/median(d).Seconds()/1e9)})
+			Raw: ms(median(r)), Extra: fmt.Sprintf("%.2f GB/s of keys and values", float64(bytes)/median(d).Seconds()/1e9)})
 	}
 }
 
-func latency(w *kv.KVWorker[float32], rank int, raw rawFigures, add func(Result)) {
+// latency alternates blocks of raw 16-byte ping-pongs, 1-key pushes each
+// followed by a 1-key pull, and 1-key push-pulls, all with the server that
+// holds the worker's key.
+func latency(w *kv.KVWorker[float32], rank int, raw *rawClient, add func(Result)) {
 	keys := []uint64{uint64(rank)}
 	vals := []float32{1}
 	var out []float32
-	var d []time.Duration
-	for i := 0; i < *iters; i++ {
-		start := time.Now()
-		ts, err := w.ZPush(keys, vals, nil)
-		prog.Check(err, "push")
-		prog.Check(w.Wait(ts), "push")
-		ts, err = w.ZPull(keys, &out, nil)
-		prog.Check(err, "pull")
-		prog.Check(w.Wait(ts), "pull")
-		d = append(d, time.Since(start))
+	ping := make([]*rawReq, ps.NumServers())
+	for i, p := range split(keys, vals) {
+		if len(p.Keys) > 0 {
+			ping[i] = &rawReq{send: [][]byte{make([]byte, 8)}, reply: []int{16}}
+		}
 	}
-	add(Result{Name: "latency_push_pull_p50", Value: us(median(d)), Unit: "us", Raw: us(raw.pingpong),
-		Extra: "1-key push then 1-key pull; raw = 16-byte ping-pong"})
-	add(Result{Name: "latency_push_pull_p99", Value: us(percentile(d, 0.99)), Unit: "us", Raw: us(raw.pingpong)})
-	d = d[:0]
-	for i := 0; i < *iters; i++ {
-		start := time.Now()
-		ts, err := w.ZPushPull(keys, vals, &out, nil)
-		prog.Check(err, "pushpull")
-		prog.Check(w.Wait(ts), "pushpull")
-		d = append(d, time.Since(start))
+	const block = 100
+	var r, pp, ppl []time.Duration
+	for len(r) < *iters {
+		for i := 0; i < block; i++ {
+			t, err := raw.roundTrip(ping)
+			prog.Check(err, "raw ping")
+			r = append(r, t)
+		}
+		for i := 0; i < block; i++ {
+			start := time.Now()
+			timed("push", w, func() (int, error) { return w.ZPush(keys, vals, nil) })
+			out = out[:0]
+			timed("pull", w, func() (int, error) { return w.ZPull(keys, &out, nil) })
+			pp = append(pp, time.Since(start))
+		}
+		for i := 0; i < block; i++ {
+			out = out[:0]
+			ppl = append(ppl, timed("pushpull", w, func() (int, error) { return w.ZPushPull(keys, vals, &out, nil) }))
+		}
 	}
-	add(Result{Name: "latency_pushpull_p50", Value: us(median(d)), Unit: "us", Raw: us(raw.pingpong),
+	raw50, raw99 := us(median(r)), us(percentile(r, 0.99))
+	add(Result{Name: "latency_push_pull_p50", Value: us(median(pp)), Unit: "us", Raw: raw50,
+		Extra: "1-key push, wait, 1-key pull, wait; raw: one 16-byte ping-pong"})
+	add(Result{Name: "latency_push_pull_p99", Value: us(percentile(pp, 0.99)), Unit: "us", Raw: raw99})
+	add(Result{Name: "latency_pushpull_p50", Value: us(median(ppl)), Unit: "us", Raw: raw50,
 		Extra: "1-key push-pull round trip"})
+	add(Result{Name: "latency_pushpull_p99", Value: us(percentile(ppl, 0.99)), Unit: "us", Raw: raw99})
 }
 
-func windowed(w *kv.KVWorker[float32], rank int, add func(Result)) {
+// windowed measures 1-key pushes with at most *window outstanding, after
+// the same number of raw 16-byte requests with the same window.
+func windowed(w *kv.KVWorker[float32], rank int, raw *rawClient, add func(Result)) {
 	keys := []uint64{uint64(rank)}
 	vals := []float32{1}
+	server := 0
+	for i, p := range split(keys, vals) {
+		if len(p.Keys) > 0 {
+			server = i
+		}
+	}
+	prog.Check(ps.Barrier(0, ps.WorkerGroup), "barrier")
+	rawRate, err := raw.windowRate(server, &rawReq{send: [][]byte{make([]byte, 12)}, reply: []int{metaBytes}}, *requests, *window)
+	prog.Check(err, "raw window")
 	prog.Check(ps.Barrier(0, ps.WorkerGroup), "barrier")
 	start := time.Now()
 	ring := make([]int, 0, *window)
@@ -270,29 +391,20 @@ func windowed(w *kv.KVWorker[float32], rank int, add func(Result)) {
 	}
 	el := time.Since(start)
 	add(Result{Name: fmt.Sprintf("window%d_push_rate", *window), Value: float64(*requests) / el.Seconds(), Unit: "req/s",
-		Extra: fmt.Sprintf("%d 1-key pushes per worker", *requests)})
+		Raw: rawRate, Extra: fmt.Sprintf("%d 1-key pushes per worker; raw: 12-byte requests, meta-sized replies", *requests)})
 }
 
 func memory(w *kv.KVWorker[float32], rank int, add func(Result)) {
 	keys := []uint64{uint64(rank)}
 	vals := []float32{1}
-	app := w.SimpleApp
 	serverRSS := func() int64 {
-		var mu sync.Mutex
-		var total int64
-		app.SetResponseHandle(func(d kv.SimpleData, _ *kv.SimpleApp) {
+		var most int64
+		for _, body := range askServers(w.SimpleApp, cmdRSS) {
 			var v int64
-			fmt.Sscan(d.Body, &v)
-			mu.Lock()
-			total = max(total, v)
-			mu.Unlock()
-		})
-		ts, err := app.Request(cmdRSS, "", ps.ServerGroup)
-		prog.Check(err, "rss request")
-		prog.Check(app.Wait(ts), "rss request")
-		mu.Lock()
-		defer mu.Unlock()
-		return total
+			fmt.Sscan(body, &v)
+			most = max(most, v)
+		}
+		return most
 	}
 	var samples []string
 	var wBase, sBase, wLast, sLast int64
