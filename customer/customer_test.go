@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -256,5 +257,50 @@ func TestCustomerConcurrentRequests(t *testing.T) {
 	wg.Wait()
 	if n := c.Tracker().Len(); n != 0 {
 		t.Fatalf("tracker Len = %d", n)
+	}
+}
+
+// TestCustomerHandlesIdleMessagesOnCaller checks that Accept handles a
+// message itself when the customer is idle, queues it while the handler is
+// busy, and that messages are handled one at a time, in order, either way.
+func TestCustomerHandlesIdleMessagesOnCaller(t *testing.T) {
+	var r recorder
+	release := make(chan struct{})
+	var running atomic.Int32
+	c := customer.New(0, 0, func(m *message.Message) {
+		if running.Add(1) != 1 {
+			t.Error("two messages handled at once")
+		}
+		if m.Meta.Head == 2 {
+			<-release
+		}
+		r.handle(m)
+		running.Add(-1)
+	}, zerolog.Nop())
+	defer c.Stop()
+
+	c.Accept(request(0, 1))
+	if got := r.got(); !slices.Equal(got, []int{1}) {
+		t.Fatalf("after Accept on an idle customer, handled %v, want [1] already", got)
+	}
+	accepted := make(chan struct{})
+	go func() { c.Accept(request(0, 2)); close(accepted) }() // blocks in the handler
+	for running.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	for i := 3; i <= 5; i++ {
+		c.Accept(request(0, i)) // the handler is busy: queued, Accept returns
+	}
+	if got := r.got(); !slices.Equal(got, []int{1}) {
+		t.Fatalf("handled %v while message 2 blocks, want [1]", got)
+	}
+	close(release)
+	<-accepted
+	deadline := time.Now().Add(5 * time.Second)
+	for len(r.got()) < 5 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := r.got(); !slices.Equal(got, []int{1, 2, 3, 4, 5}) {
+		t.Fatalf("handled %v, want [1 2 3 4 5]", got)
 	}
 }

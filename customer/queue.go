@@ -9,12 +9,19 @@ import (
 
 // Queue is a blocking queue of messages: higher Meta.Priority first, and
 // first-in first-out among equal priorities. It is safe for concurrent use.
+//
+// Besides Pop, a queue offers a handler slot for a consumer that handles one
+// message at a time but lets other goroutines handle a message at once when
+// it is idle: Next pops and takes the slot, TryClaim takes the slot when the
+// queue is empty and the slot free, and Release frees it. Messages then
+// reach the handler one at a time and in queue order, whoever runs it.
 type Queue struct {
-	mu     sync.Mutex
-	cond   *sync.Cond // signalled when items arrive or the queue closes
-	items  msgHeap
-	seq    uint64
-	closed bool
+	mu      sync.Mutex
+	cond    *sync.Cond // signalled when items arrive, the slot frees or the queue closes
+	items   msgHeap
+	seq     uint64
+	closed  bool
+	claimed bool // the handler slot is taken
 }
 
 // NewQueue returns an empty queue.
@@ -51,6 +58,46 @@ func (q *Queue) Pop() (*message.Message, bool) {
 	}
 	it := heap.Pop(&q.items).(item)
 	return it.msg, true
+}
+
+// Next is Pop for the owner of the handler slot: it waits until a message is
+// queued and the slot is free, then pops the message and takes the slot. It
+// returns false once the queue is closed and empty.
+func (q *Queue) Next() (*message.Message, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.items) == 0 || q.claimed {
+		if q.closed && len(q.items) == 0 {
+			return nil, false
+		}
+		q.cond.Wait()
+	}
+	q.claimed = true
+	return heap.Pop(&q.items).(item).msg, true
+}
+
+// TryClaim takes the handler slot when the queue is open, empty and the
+// slot free, so the caller may handle a message that would otherwise be
+// queued behind nothing. The caller must Release the slot.
+func (q *Queue) TryClaim() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed || q.claimed || len(q.items) > 0 {
+		return false
+	}
+	q.claimed = true
+	return true
+}
+
+// Release frees the handler slot taken by Next or TryClaim.
+func (q *Queue) Release() {
+	q.mu.Lock()
+	q.claimed = false
+	wake := len(q.items) > 0
+	q.mu.Unlock()
+	if wake {
+		q.cond.Signal()
+	}
 }
 
 // Len returns the number of queued messages.

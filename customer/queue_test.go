@@ -247,3 +247,53 @@ func TestQueueSingleConsumerFIFOPerProducer(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+func TestQueueHandlerSlot(t *testing.T) {
+	q := customer.NewQueue()
+	if !q.TryClaim() {
+		t.Fatal("TryClaim on an empty idle queue failed")
+	}
+	if q.TryClaim() {
+		t.Fatal("second TryClaim succeeded while the slot is taken")
+	}
+	q.Push(msg(0, 1))
+	got := make(chan int)
+	go func() {
+		m, ok := q.Next()
+		if !ok {
+			got <- -1
+			return
+		}
+		got <- int(m.Meta.Head)
+	}()
+	select {
+	case id := <-got:
+		t.Fatalf("Next returned %d while the slot was claimed", id)
+	case <-time.After(20 * time.Millisecond):
+	}
+	q.Release()
+	if id := <-got; id != 1 {
+		t.Fatalf("Next returned %d, want 1", id)
+	}
+	// Next took the slot: nobody may claim it, and a queued message keeps
+	// a later TryClaim from jumping ahead of it.
+	if q.TryClaim() {
+		t.Fatal("TryClaim succeeded while Next's message is being handled")
+	}
+	q.Push(msg(0, 2))
+	q.Release()
+	if q.TryClaim() {
+		t.Fatal("TryClaim succeeded with a message queued")
+	}
+	if m, _ := q.Next(); m.Meta.Head != 2 {
+		t.Fatalf("Next returned %d, want 2", m.Meta.Head)
+	}
+	q.Release()
+	q.Close()
+	if q.TryClaim() {
+		t.Fatal("TryClaim succeeded on a closed queue")
+	}
+	if _, ok := q.Next(); ok {
+		t.Fatal("Next on a closed empty queue returned a message")
+	}
+}

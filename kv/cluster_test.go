@@ -513,3 +513,52 @@ func TestPushPullLens(t *testing.T) {
 	}
 	c.Finalize(t)
 }
+
+// TestBlockedHandleDoesNotStallNode runs a server whose app 0 handle waits
+// until app 1's handle has run. Handles run on the receive goroutine when
+// their customer is idle, so this only completes if a handle that blocks
+// hands receiving over to a new goroutine (van.HandlerStall).
+func TestBlockedHandleDoesNotStallNode(t *testing.T) {
+	for _, mem := range []bool{true, false} {
+		t.Run(fmt.Sprintf("mem=%v", mem), func(t *testing.T) {
+			c := testcluster.New(t, 1, 1, testcluster.Options{Mem: mem})
+			app1Ran := make(chan struct{})
+			s0, err := kv.NewKVServer[float32](c.Servers[0], 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s0.SetRequestHandle(func(meta kv.KVMeta, _ kv.KVPairs[float32], s *kv.KVServer[float32]) {
+				<-app1Ran
+				s.Response(meta, kv.KVPairs[float32]{})
+			})
+			s1, err := kv.NewKVServer[float32](c.Servers[0], 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s1.SetRequestHandle(func(meta kv.KVMeta, _ kv.KVPairs[float32], s *kv.KVServer[float32]) {
+				close(app1Ran)
+				s.Response(meta, kv.KVPairs[float32]{})
+			})
+			w0, _ := kv.NewKVWorker[float32](c.Workers[0], 0, 0)
+			w1, _ := kv.NewKVWorker[float32](c.Workers[0], 1, 1)
+			ts0, err := w0.Push([]uint64{1}, []float32{1}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(20 * time.Millisecond) // let app 0's request reach its handle first
+			ts1, err := w1.Push([]uint64{1}, []float32{1}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := w1.WaitContext(ctx, ts1); err != nil {
+				t.Fatalf("app 1's request behind a blocked app 0 handle: %v", err)
+			}
+			if err := w0.WaitContext(ctx, ts0); err != nil {
+				t.Fatalf("app 0's request: %v", err)
+			}
+			c.Finalize(t)
+		})
+	}
+}

@@ -9,8 +9,10 @@
 // carries a fixed number of values, or a variable number given by lens.
 //
 // Every call that sends returns a timestamp to Wait on; Wait returns an error
-// when the request failed. Callbacks run on the customer's goroutine before
-// Wait returns.
+// when the request failed. Callbacks run, one at a time, where the customer
+// handles the response (its goroutine, or the node's receive goroutine when
+// the customer was idle) before Wait returns: keep them short, and never
+// Wait in one.
 //
 //	w, err := kv.NewKVWorker[float32](po, 0, 0)
 //	ts, err := w.Push(keys, vals, nil)

@@ -318,7 +318,7 @@ func (p *Postoffice) NewCustomer(appID, customerID int, h customer.Handler, opts
 	c := customer.New(appID, customerID, h, p.log, opts...)
 	p.customers[key] = c
 	for _, m := range p.pending[key] {
-		c.Accept(m)
+		c.Enqueue(m) // not handled here: p.mu is held
 	}
 	p.npending -= len(p.pending[key])
 	delete(p.pending, key)

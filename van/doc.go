@@ -10,5 +10,9 @@
 //
 // One goroutine receives and runs the control protocol; data messages are
 // handed to a Handler (the postoffice), which routes them to customers.
-// Malformed input from the network is logged and dropped.
+// A customer that is idle handles the message right there, on the receive
+// goroutine, which saves a thread hand-off per message; a handler that runs
+// longer than HandlerStall makes a new goroutine take over receiving, so a
+// slow or blocked handler never stalls the node. Malformed input from the
+// network is logged and dropped.
 package van

@@ -23,8 +23,10 @@ var ErrClosed = errors.New("van: transport closed")
 // the van that touches sockets: ZMQTransport is the real one, and
 // MemNetwork provides an in-memory one for tests.
 //
-// Bind and Recv are called from one goroutine (the van's receive loop);
-// Connect and Send may be called from any goroutine.
+// Bind and Recv are called by one goroutine at a time (the one running the
+// van's receive loop, which hands the loop to a new goroutine when a data
+// handler runs long; the hand-over orders the calls). Connect and Send may
+// be called from any goroutine.
 type Transport interface {
 	// Bind binds the receiving socket to host:port. When the port is taken
 	// and maxRetry > 0, it tries up to maxRetry random ports in

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -69,6 +70,9 @@ type Config struct {
 // Handler receives what the van does not handle itself.
 type Handler interface {
 	// HandleData is called, on the receive goroutine, for each data message.
+	// It may take its time: a call that lasts longer than HandlerStall
+	// hands the receive loop to a new goroutine, and the call's goroutine
+	// ends when it returns.
 	HandleData(msg *message.Message)
 	// HandleBarrierDone is called when the scheduler releases a barrier.
 	HandleBarrierDone(msg *message.Message)
@@ -79,6 +83,12 @@ type Handler interface {
 	// drops while resending is off: nothing sent to it will be answered.
 	HandleNodeDown(id int)
 }
+
+// HandlerStall is how long Handler.HandleData may run on the receive
+// goroutine before a new goroutine takes over receiving: short enough that
+// ACKs, heartbeats and other customers' messages barely notice a slow or
+// blocked handler, long enough that ordinary handlers never trigger it.
+const HandlerStall = 20 * time.Millisecond
 
 // Van is one node's endpoint.
 type Van struct {
@@ -94,11 +104,16 @@ type Van struct {
 	ready     chan struct{} // closed once the node has its id and peers
 	readyOnce sync.Once
 	recvDone  chan struct{} // closed when the receive loop exits
-	hbStop    chan struct{} // closed to stop the heartbeat goroutine
-	hbDone    chan struct{} // closed when the heartbeat goroutine exits
-	hbStarted atomic.Bool
-	afterOnce sync.Once // runs afterReady once
-	res       atomic.Pointer[resender]
+	// inHandler is odd while the receive goroutine runs HandleData, which
+	// it entered at handlerSince (Unix ns). The watchdog hands the loop to
+	// a new goroutine by moving it on to even; see dispatch.
+	inHandler    atomic.Uint64
+	handlerSince atomic.Int64
+	hbStop       chan struct{} // closed to stop the heartbeat goroutine
+	hbDone       chan struct{} // closed when the heartbeat goroutine exits
+	hbStarted    atomic.Bool
+	afterOnce    sync.Once // runs afterReady once
+	res          atomic.Pointer[resender]
 
 	timestamp atomic.Int32 // for control messages
 
@@ -120,12 +135,12 @@ type Van struct {
 	sendBytes atomic.Int64
 	recvBytes atomic.Int64
 
-	// Owned by the receive goroutine.
+	// Owned by the goroutine running the receive loop.
 	rs recvState
 }
 
-// recvState is the control protocol's state, touched only by the receive
-// goroutine.
+// recvState is the control protocol's state, touched only by the goroutine
+// running the receive loop.
 type recvState struct {
 	registered []message.Node // ADD_NODE requests seen by the scheduler
 	connected  map[string]int // host:port -> id
@@ -304,6 +319,7 @@ func (v *Van) init() error {
 	}
 	v.startTime = time.Now()
 	go v.receiveLoop()
+	go v.watchHandlers()
 	return nil
 }
 
@@ -397,8 +413,18 @@ func (v *Van) send(msg *message.Message, try bool) (int, error) {
 	return n, nil
 }
 
+// receiveLoop receives and handles messages until the van stops. If the
+// watchdog hands the loop to a new goroutine while this one is in a data
+// handler, this one ends when the handler returns.
 func (v *Van) receiveLoop() {
-	defer close(v.recvDone)
+	if v.receive() {
+		close(v.recvDone)
+	}
+}
+
+// receive is the receive loop; it reports false when it has handed the loop
+// over rather than stopped.
+func (v *Van) receive() bool {
 	for {
 		ident, frames, err := v.tr.Recv()
 		if len(v.rs.waiting) > 0 && time.Since(v.rs.lastRetry) > 200*time.Millisecond {
@@ -407,16 +433,16 @@ func (v *Van) receiveLoop() {
 		if err != nil {
 			if errors.Is(err, ErrRecvTimeout) {
 				if v.stopping.Load() {
-					return
+					return true
 				}
 				continue
 			}
 			if errors.Is(err, ErrClosed) {
-				return
+				return true
 			}
 			v.log.Error().Err(err).Msg("receive failed")
 			if v.stopping.Load() {
-				return
+				return true
 			}
 			continue
 		}
@@ -437,7 +463,7 @@ func (v *Van) receiveLoop() {
 		}
 		if msg.Meta.IsControl() {
 			if v.handleControl(msg) {
-				return
+				return true
 			}
 			continue
 		}
@@ -445,7 +471,48 @@ func (v *Van) receiveLoop() {
 			v.log.Warn().Str("msg", msg.String()).Msg("dropping a data message from an unknown sender or without app id")
 			continue
 		}
-		v.handler.HandleData(msg)
+		if !v.dispatch(msg) {
+			return false
+		}
+	}
+}
+
+// dispatch passes a data message to the handler and reports whether this
+// goroutine still runs the receive loop afterwards.
+func (v *Van) dispatch(msg *message.Message) bool {
+	v.handlerSince.Store(time.Now().UnixNano())
+	seq := v.inHandler.Add(1) // odd: in the handler
+	v.handler.HandleData(msg)
+	if !msg.Meta.Request {
+		// A response usually readies the goroutine waiting for it. Yield,
+		// so that it runs on this thread now instead of waiting for another
+		// thread to wake while this one blocks in the next receive.
+		runtime.Gosched()
+	}
+	return v.inHandler.CompareAndSwap(seq, seq+1)
+}
+
+// watchHandlers hands the receive loop to a new goroutine whenever a data
+// handler has run for HandlerStall, so that a slow handler (or one waiting
+// for a message only the loop can receive) never stalls receiving, until
+// the loop stops.
+func (v *Van) watchHandlers() {
+	tick := time.NewTicker(HandlerStall / 2)
+	defer tick.Stop()
+	for {
+		select {
+		case <-v.recvDone:
+			return
+		case <-tick.C:
+		}
+		seq := v.inHandler.Load()
+		if seq%2 == 0 || time.Since(time.Unix(0, v.handlerSince.Load())) < HandlerStall {
+			continue
+		}
+		if v.inHandler.CompareAndSwap(seq, seq+1) {
+			v.log.Debug().Msg("a data handler is taking long: receiving on a new goroutine")
+			go v.receiveLoop()
+		}
 	}
 }
 

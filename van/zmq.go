@@ -43,13 +43,14 @@ type ZMQOptions struct {
 // ZMQTransport is the ZeroMQ transport of C++ ps-lite: one ROUTER socket
 // receives from every peer and one DEALER socket per peer sends to it.
 //
-// The ROUTER belongs to the goroutine that calls Bind and Recv. Each DEALER
-// is guarded by its own mutex, so sends to different peers run in parallel.
+// The ROUTER belongs to the goroutine running the receive loop (Bind, Recv).
+// Each DEALER is guarded by its own mutex, so sends to different peers run
+// in parallel.
 type ZMQTransport struct {
 	opts ZMQOptions
 	ctx  *zmq.Context
 
-	router  *zmq.Socket // owned by the receive goroutine
+	router  *zmq.Socket // owned by the receive loop
 	boundAt string      // the endpoint router is bound to
 
 	peersMu sync.RWMutex // guards the peers map, not the sockets
