@@ -59,9 +59,24 @@ func (s *KVServer[V]) SetRequestHandle(h ReqHandle[V]) error {
 func (s *KVServer[V]) SetSimpleRequestHandle(h SimpleHandle) { s.SimpleApp.SetRequestHandle(h) }
 
 // Response answers req with res (keys, values and optional lens for a pull;
-// nothing for a push).
+// nothing for a push). It copies res, so the handle may reuse its slices at
+// once.
 func (s *KVServer[V]) Response(req KVMeta, res KVPairs[V]) error {
+	return s.response(req, res, false)
+}
+
+// ZResponse is Response without copying res: large slices are sent from
+// where they are, after ZResponse returns, so they must never change again
+// (fresh slices, or the request's own keys, as DefaultHandle answers with).
+// This is how C++ ps-lite answers; for a pull of millions of keys it saves
+// copying the answer.
+func (s *KVServer[V]) ZResponse(req KVMeta, res KVPairs[V]) error {
+	return s.response(req, res, true)
+}
+
+func (s *KVServer[V]) response(req KVMeta, res KVPairs[V], zeroCopy bool) error {
 	msg := message.New()
+	msg.ZeroCopy = zeroCopy
 	msg.Meta.AppID = int32(s.cust.AppID())
 	msg.Meta.CustomerID = int32(req.CustomerID)
 	msg.Meta.Request = false
@@ -143,7 +158,9 @@ func (h *DefaultHandle[V]) Handle(meta KVMeta, data KVPairs[V], s *KVServer[V]) 
 		res = h.pull(data.Keys)
 	}
 	h.mu.Unlock()
-	if err := s.Response(meta, res); err != nil {
+	// res holds the request's keys and values pull built afresh: nothing
+	// changes them, so they can be sent without a copy.
+	if err := s.ZResponse(meta, res); err != nil {
 		l := s.po.Logger()
 		l.Warn().Err(err).Msg("response failed")
 	}

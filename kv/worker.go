@@ -259,6 +259,7 @@ func (w *KVWorker[V]) send(push, pull bool, o reqOptions, kvs KVPairs[V], dest *
 		msg.Meta.Timestamp = int32(ts)
 		msg.Meta.Recver = int32(message.ServerRankToID(i))
 		msg.Meta.Priority = int32(kvs.Priority)
+		msg.ZeroCopy = true // Push and Pull copied their inputs; Z* callers keep theirs unchanged
 		msg.AddData(message.Uint64, message.Frame(p.Keys))
 		msg.AddData(message.TypeOf[V](), message.Frame(p.Vals))
 		if len(p.Lens) > 0 {

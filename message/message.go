@@ -178,6 +178,12 @@ func (m *Meta) String() string {
 type Message struct {
 	Meta Meta
 	Data [][]byte
+	// ZeroCopy lets the transport send large Data frames without copying
+	// them, reading them after the send returns. Whoever sets it promises
+	// the frames do not change any more: a worker's request frames until
+	// the request has finished (its responses prove they were sent), a
+	// response's for good. Not on the wire.
+	ZeroCopy bool
 }
 
 // New returns a message whose meta has every id set to Empty.

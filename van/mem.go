@@ -99,7 +99,9 @@ func (t *memTransport) Disconnect(id int) {
 	t.mu.Unlock()
 }
 
-func (t *memTransport) Send(id int, frames [][]byte) (int, error) { return t.send(id, frames, true) }
+func (t *memTransport) Send(id int, frames [][]byte, _ bool) (int, error) {
+	return t.send(id, frames, true)
+}
 
 func (t *memTransport) TrySend(id int, frames [][]byte) (int, error) {
 	return t.send(id, frames, false)

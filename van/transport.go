@@ -38,8 +38,10 @@ type Transport interface {
 	// Disconnect closes the sending socket for node id, if any.
 	Disconnect(id int)
 	// Send sends the frames as one multipart message to node id and returns
-	// the number of bytes sent.
-	Send(id int, frames [][]byte) (int, error)
+	// the number of bytes sent. When shared is true the transport may send
+	// frames without copying them, reading them after Send returns: the
+	// caller must not change them any more (see message.Message.ZeroCopy).
+	Send(id int, frames [][]byte, shared bool) (int, error)
 	// TrySend is Send that never waits: when the message cannot be queued
 	// at once (the peer is slow), it returns ErrWouldBlock. The receive
 	// loop uses it, so that it can never be stuck behind a full queue.

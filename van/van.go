@@ -401,7 +401,7 @@ func (v *Van) send(msg *message.Message, try bool) (int, error) {
 	if try {
 		n, err = v.tr.TrySend(int(msg.Meta.Recver), frames)
 	} else {
-		n, err = v.tr.Send(int(msg.Meta.Recver), frames)
+		n, err = v.tr.Send(int(msg.Meta.Recver), frames, msg.ZeroCopy)
 	}
 	if err != nil {
 		return n, err

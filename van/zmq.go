@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	zmq "github.com/pebbe/zmq4"
 	"github.com/rs/zerolog"
@@ -50,8 +51,9 @@ type ZMQTransport struct {
 	opts ZMQOptions
 	ctx  *zmq.Context
 
-	router  *zmq.Socket // owned by the receive loop
-	boundAt string      // the endpoint router is bound to
+	router  *zmq.Socket  // owned by the receive loop
+	reader  *frameReader // receives from router; nil: pebbe/zmq4's calls
+	boundAt string       // the endpoint router is bound to
 
 	peersMu sync.RWMutex // guards the peers map, not the sockets
 	peers   map[int]*zmqPeer
@@ -71,6 +73,7 @@ func (t *ZMQTransport) SetConnectionHandler(f func(id int, up bool)) { t.onConne
 type zmqPeer struct {
 	mu   sync.Mutex // guards sock
 	sock *zmq.Socket
+	h    unsafe.Pointer // libzmq's handle of sock, for zero-copy sends; may be nil
 	mon  *socketMonitor // reports disconnects; nil without a handler
 }
 
@@ -166,6 +169,9 @@ func (t *ZMQTransport) Bind(host string, port, maxRetry int) (int, error) {
 			continue
 		}
 		t.router, t.boundAt = sock, t.endpoint(host, port)
+		if h := rawSocket(sock); h != nil {
+			t.reader = newFrameReader(h)
+		}
 		return port, nil
 	}
 	sock.Close()
@@ -202,7 +208,7 @@ func (t *ZMQTransport) Connect(id int, host string, port int, identity string) e
 		sock.Close()
 		return fmt.Errorf("van: connect to %s: %w", addr, err)
 	}
-	p := &zmqPeer{sock: sock}
+	p := &zmqPeer{sock: sock, h: rawSocket(sock)}
 	if f := t.onConnection.Load(); f != nil {
 		m, err := monitorSocket(t.ctx, sock, zmq.EVENT_CONNECTED|zmq.EVENT_DISCONNECTED, func(ev zmq.Event, _ string, _ int) {
 			t.peersMu.RLock()
@@ -253,15 +259,18 @@ func (t *ZMQTransport) Disconnect(id int) {
 	p.close()
 }
 
-// Send implements Transport.
-func (t *ZMQTransport) Send(id int, frames [][]byte) (int, error) { return t.send(id, frames, 0) }
+// Send implements Transport. Shared frames of 64 KiB or more are sent
+// without a copy.
+func (t *ZMQTransport) Send(id int, frames [][]byte, shared bool) (int, error) {
+	return t.send(id, frames, 0, shared)
+}
 
 // TrySend implements Transport.
 func (t *ZMQTransport) TrySend(id int, frames [][]byte) (int, error) {
-	return t.send(id, frames, zmq.DONTWAIT)
+	return t.send(id, frames, zmq.DONTWAIT, false)
 }
 
-func (t *ZMQTransport) send(id int, frames [][]byte, flags zmq.Flag) (int, error) {
+func (t *ZMQTransport) send(id int, frames [][]byte, flags zmq.Flag, shared bool) (int, error) {
 	for {
 		t.peersMu.RLock()
 		p, ok := t.peers[id]
@@ -278,23 +287,24 @@ func (t *ZMQTransport) send(id int, frames [][]byte, flags zmq.Flag) (int, error
 			p.mu.Unlock()
 			continue
 		}
-		n, err := sendFrames(p.sock, frames, flags)
+		n, err := sendFrames(p.sock, p.h, frames, flags, shared)
 		p.mu.Unlock()
 		return n, err
 	}
 }
 
-// sendFrames sends a multipart message. With DONTWAIT, only the first frame
-// can be refused (ZeroMQ then queues nothing); the rest of a message whose
-// first frame was taken is always taken.
-func sendFrames(sock *zmq.Socket, frames [][]byte, flags zmq.Flag) (int, error) {
+// sendFrames sends a multipart message on sock (libzmq handle h, or nil).
+// With DONTWAIT, only the first frame can be refused (ZeroMQ then queues
+// nothing); the rest of a message whose first frame was taken is always
+// taken.
+func sendFrames(sock *zmq.Socket, h unsafe.Pointer, frames [][]byte, flags zmq.Flag, shared bool) (int, error) {
 	total := 0
 	for i, f := range frames {
 		flag := flags | zmq.SNDMORE
 		if i == len(frames)-1 {
 			flag = flags
 		}
-		n, err := sock.SendBytes(f, flag)
+		n, err := sendFrame(sock, h, f, flag, shared)
 		if err != nil {
 			if i == 0 && errors.Is(err, zmq.Errno(syscall.EAGAIN)) {
 				return 0, ErrWouldBlock
@@ -311,7 +321,13 @@ func (t *ZMQTransport) Recv() ([]byte, [][]byte, error) {
 	if t.router == nil {
 		return nil, nil, errors.New("van: not bound")
 	}
-	frames, err := t.router.RecvMessageBytes(0)
+	var frames [][]byte
+	var err error
+	if t.reader != nil {
+		frames, err = t.reader.recv()
+	} else {
+		frames, err = t.router.RecvMessageBytes(0)
+	}
 	if err != nil {
 		if errors.Is(err, zmq.Errno(syscall.EAGAIN)) {
 			return nil, nil, ErrRecvTimeout
@@ -343,6 +359,8 @@ func (t *ZMQTransport) Close() error {
 		p.close()
 	}
 	if t.router != nil {
+		t.reader.close()
+		t.reader = nil
 		t.router.Close()
 		t.router = nil
 		if path, ok := strings.CutPrefix(t.boundAt, "ipc://"); ok {

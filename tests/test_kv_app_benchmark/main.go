@@ -16,7 +16,7 @@ func emptyHandle(meta kv.KVMeta, data kv.KVPairs[float32], s *kv.KVServer[float3
 		res.Keys = data.Keys
 		res.Vals = make([]float32, len(data.Keys))
 	}
-	prog.Check(s.Response(meta, res), "response")
+	prog.Check(s.ZResponse(meta, res), "response") // fresh values, the request's keys
 }
 
 func main() {

@@ -1,0 +1,134 @@
+package van
+
+/*
+#cgo !windows pkg-config: libzmq
+#include <stdlib.h>
+#include "zmqmsg.h"
+*/
+import "C"
+
+import (
+	"reflect"
+	"runtime"
+	"runtime/cgo"
+	"sync/atomic"
+	"unsafe"
+
+	zmq "github.com/pebbe/zmq4"
+)
+
+// pebbe/zmq4 copies every frame between Go and C memory, and zeroes each
+// received buffer before copying into it. For bulk requests (megabytes of
+// keys and values) those copies and the pages they touch cost about as much
+// as moving the bytes over loopback, so the transport moves large frames
+// through libzmq's message API itself (zmqmsg.c), on the same sockets:
+//
+//   - a frame of at least zeroCopyMin bytes that the caller shares is sent
+//     without a copy: it is pinned (runtime.Pinner, so the collector keeps it
+//     in place even if Go drops every reference) and handed to libzmq, which
+//     calls back to unpin it once it has written the bytes out;
+//   - frames are received with one cgo call each and copied once into Go
+//     memory that is not zeroed first.
+//
+// The libzmq handle of a pebbe/zmq4 socket is not exported; rawSocket reads
+// it by reflection and checks it against the socket's type, and the
+// transport falls back to pebbe/zmq4's own calls when that fails.
+
+// zeroCopyMin is the smallest frame sent without a copy: below it copying
+// is cheaper than pinning the frame and being called back.
+const zeroCopyMin = 64 << 10
+
+// pinnedFrames counts frames handed to libzmq without a copy and not yet
+// released.
+var pinnedFrames atomic.Int64
+
+// rawSocket returns libzmq's handle of s, or nil when it cannot be had.
+func rawSocket(s *zmq.Socket) unsafe.Pointer {
+	v := reflect.ValueOf(s).Elem().FieldByName("soc")
+	if !v.IsValid() || v.Kind() != reflect.UnsafePointer {
+		return nil
+	}
+	h := v.UnsafePointer()
+	if h == nil {
+		return nil
+	}
+	want, err := s.GetType()
+	if err != nil || int(C.pslite_socket_type(h)) != int(want) {
+		return nil
+	}
+	return h
+}
+
+// sendFrame sends one frame of a message on s (whose libzmq handle is h, or
+// nil). A shared frame of at least zeroCopyMin bytes goes without a copy;
+// the caller must not change it from now on.
+func sendFrame(s *zmq.Socket, h unsafe.Pointer, f []byte, flags zmq.Flag, shared bool) (int, error) {
+	if !shared || h == nil || len(f) < zeroCopyMin {
+		return s.SendBytes(f, flags)
+	}
+	data := unsafe.Pointer(unsafe.SliceData(f))
+	p := new(runtime.Pinner)
+	p.Pin(data)
+	pinnedFrames.Add(1)
+	n := C.pslite_send_frame(h, data, C.size_t(len(f)), C.int(flags), C.uintptr_t(cgo.NewHandle(p)))
+	if n < 0 { // libzmq has released the frame already
+		return 0, zmq.Errno(-n)
+	}
+	return int(n), nil
+}
+
+// pslite_release_frame unpins a frame libzmq is done with. It runs on a
+// libzmq thread (or, when a send fails, inside sendFrame's cgo call).
+//
+//export pslite_release_frame
+func pslite_release_frame(h C.uintptr_t) {
+	handle := cgo.Handle(h)
+	handle.Value().(*runtime.Pinner).Unpin()
+	handle.Delete()
+	pinnedFrames.Add(-1)
+}
+
+// frameReader receives whole messages from one socket. It belongs to the
+// socket's owner.
+type frameReader struct {
+	h unsafe.Pointer
+	f *C.pslite_frame // C memory, reused for every frame
+}
+
+func newFrameReader(h unsafe.Pointer) *frameReader {
+	f := (*C.pslite_frame)(C.malloc(C.sizeof_pslite_frame))
+	C.zmq_msg_init(&f.msg)
+	return &frameReader{h: h, f: f}
+}
+
+// recv returns the frames of the next message; its errors are
+// pebbe/zmq4's (zmq.Errno).
+func (r *frameReader) recv() ([][]byte, error) {
+	var frames [][]byte
+	for {
+		n := C.pslite_recv_frame(r.h, r.f, 0)
+		if n < 0 {
+			return nil, zmq.Errno(-n)
+		}
+		frames = append(frames, C.GoBytes(r.f.data, n))
+		if n >= zeroCopyMin {
+			// Give a large frame back now rather than when the next
+			// message replaces it.
+			C.zmq_msg_close(&r.f.msg)
+			C.zmq_msg_init(&r.f.msg)
+		}
+		if r.f.more == 0 {
+			return frames, nil
+		}
+	}
+}
+
+// close frees the reader's C memory.
+func (r *frameReader) close() {
+	if r == nil {
+		return
+	}
+	C.zmq_msg_close(&r.f.msg)
+	C.free(unsafe.Pointer(r.f))
+	r.f = nil
+}

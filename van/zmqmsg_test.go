@@ -1,0 +1,173 @@
+package van
+
+import (
+	"bytes"
+	"net"
+	"runtime"
+	"testing"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+)
+
+// zmqPair returns a transport connected as node 9 to node 1 and a function
+// that creates node 1's transport, bound to the port the first connects to:
+// until it is called, whatever is sent waits in the sender's queue.
+func zmqPair(t *testing.T) (send *ZMQTransport, bind func() *ZMQTransport) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	send, err = NewZMQTransport(ZMQOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := send.Connect(1, "127.0.0.1", port, Identity(9)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { send.Close() })
+	return send, func() *ZMQTransport {
+		recv, err := NewZMQTransport(ZMQOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := recv.Bind("127.0.0.1", port, 0); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { recv.Close() })
+		return recv
+	}
+}
+
+var sink = make([][]byte, 16)
+
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7) + seed
+	}
+	return b
+}
+
+func recvWithin(t *testing.T, tr *ZMQTransport, d time.Duration) ([]byte, [][]byte) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		ident, frames, err := tr.Recv()
+		if err == nil {
+			return ident, frames
+		}
+		if err != ErrRecvTimeout || time.Now().After(deadline) {
+			t.Fatalf("Recv: %v", err)
+		}
+	}
+}
+
+func TestRawSocketHandle(t *testing.T) {
+	ctx, err := zmq.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Term()
+	for _, typ := range []zmq.Type{zmq.ROUTER, zmq.DEALER, zmq.PAIR} {
+		s, err := ctx.NewSocket(typ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rawSocket(s) == nil {
+			t.Errorf("no libzmq handle for a %v socket", typ)
+		}
+		s.Close()
+	}
+}
+
+// TestZeroCopyFrames sends messages mixing small frames (copied) and large
+// shared ones (sent from Go memory) while the receiver does not exist yet,
+// so that they wait in the sender's queue while the collector runs and the
+// memory they came from is reused; then it checks they arrive intact and
+// that every pinned frame is released.
+func TestZeroCopyFrames(t *testing.T) {
+	send, bind := zmqPair(t)
+	sizes := [][]int{{10}, {10, zeroCopyMin, 3}, {zeroCopyMin - 1, 5 << 20}, {0, 8 << 20, 1}}
+	var want [][][]byte
+	for _, shared := range []bool{false, true} {
+		for i, sz := range sizes {
+			func() { // the frames are unreachable once this returns
+				frames := make([][]byte, len(sz))
+				for j, n := range sz {
+					frames[j] = pattern(n, byte(i*10+j))
+				}
+				if _, err := send.Send(1, frames, shared); err != nil {
+					t.Fatal(err)
+				}
+			}()
+			frames := make([][]byte, len(sz))
+			for j, n := range sz {
+				frames[j] = pattern(n, byte(i*10+j))
+			}
+			want = append(want, frames)
+		}
+	}
+	for range 3 {
+		runtime.GC()
+		for k := range sink { // reuse freed memory if anything was freed
+			sink[k] = pattern(1<<20, 0xEE)
+		}
+	}
+	recv := bind()
+	if recv.reader == nil {
+		t.Fatal("the receiver does not use the frame reader")
+	}
+	for i, w := range want {
+		ident, got := recvWithin(t, recv, 10*time.Second)
+		if ParseIdentity(ident) != 9 {
+			t.Fatalf("identity %q", ident)
+		}
+		if len(got) != len(w) {
+			t.Fatalf("message %d: %d frames, want %d", i, len(got), len(w))
+		}
+		for j := range w {
+			if !bytes.Equal(got[j], w[j]) {
+				t.Fatalf("message %d frame %d (%d bytes) corrupted", i, j, len(w[j]))
+			}
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for pinnedFrames.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d frames still pinned after delivery", pinnedFrames.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestZeroCopyReleasedOnClose checks that frames queued for a peer that
+// never reads them are released when the transport closes.
+func TestZeroCopyReleasedOnClose(t *testing.T) {
+	tr, err := NewZMQTransport(ZMQOptions{Linger: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nobody listens on the port: messages wait in the socket's queue.
+	if err := tr.Connect(1, "127.0.0.1", 1, Identity(9)); err != nil {
+		t.Fatal(err)
+	}
+	before := pinnedFrames.Load()
+	for range 3 {
+		if _, err := tr.Send(1, [][]byte{pattern(8, 0), pattern(1<<20, 1)}, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := pinnedFrames.Load() - before; n != 3 {
+		t.Fatalf("%d frames pinned while queued, want 3", n)
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := pinnedFrames.Load() - before; n != 0 {
+		t.Fatalf("%d frames still pinned after Close", n)
+	}
+}
