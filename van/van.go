@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -828,6 +829,12 @@ func (v *Van) handleBarrier(msg *message.Message) {
 		return
 	}
 	v.rs.barrier[group] = 0
+	// Release servers first and workers last. A released worker may send a
+	// request at once, and a C++ ps-lite server that gets a request before
+	// its own release blocks its receive thread waiting (5 s, then aborts)
+	// for the customer it only creates once released; C++ schedulers
+	// release workers first and lose that race now and then.
+	slices.SortStableFunc(members, func(a, b int) int { return releaseOrder(a) - releaseOrder(b) })
 	for _, id := range members {
 		if _, shared := v.rs.shared[id]; shared {
 			continue
@@ -843,6 +850,18 @@ func (v *Van) handleBarrier(msg *message.Message) {
 			v.log.Error().Err(err).Int("to", id).Msg("sending a barrier release failed")
 		}
 	}
+}
+
+// releaseOrder ranks node ids for barrier releases: servers, the
+// scheduler, workers.
+func releaseOrder(id int) int {
+	switch {
+	case id == message.Scheduler:
+		return 1
+	case id%2 == 0:
+		return 0
+	}
+	return 2
 }
 
 func (v *Van) handleHeartbeat(msg *message.Message) {

@@ -259,7 +259,7 @@ func (t *ZMQTransport) Disconnect(id int) {
 	p.close()
 }
 
-// Send implements Transport. Shared frames of 64 KiB or more are sent
+// Send implements Transport. Shared frames of 512 KiB or more are sent
 // without a copy.
 func (t *ZMQTransport) Send(id int, frames [][]byte, shared bool) (int, error) {
 	return t.send(id, frames, 0, shared)

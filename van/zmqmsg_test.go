@@ -13,7 +13,7 @@ import (
 // zmqPair returns a transport connected as node 9 to node 1 and a function
 // that creates node 1's transport, bound to the port the first connects to:
 // until it is called, whatever is sent waits in the sender's queue.
-func zmqPair(t *testing.T) (send *ZMQTransport, bind func() *ZMQTransport) {
+func zmqPair(t testing.TB) (send *ZMQTransport, bind func() *ZMQTransport) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -52,7 +52,7 @@ func pattern(n int, seed byte) []byte {
 	return b
 }
 
-func recvWithin(t *testing.T, tr *ZMQTransport, d time.Duration) ([]byte, [][]byte) {
+func recvWithin(t testing.TB, tr *ZMQTransport, d time.Duration) ([]byte, [][]byte) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {

@@ -1,0 +1,29 @@
+package van
+
+import (
+	"fmt"
+	"testing"
+)
+
+// BenchmarkZMQSendRecv moves one message of a meta and a large frame from
+// one transport to another over loopback and back to the benchmark, with
+// the frame copied into libzmq or shared with it (zero-copy).
+func BenchmarkZMQSendRecv(b *testing.B) {
+	for _, size := range []int{64 << 10, 1 << 20, 16 << 20} {
+		for _, shared := range []bool{false, true} {
+			b.Run(fmt.Sprintf("size=%dKiB/shared=%v", size>>10, shared), func(b *testing.B) {
+				send, bind := zmqPair(b)
+				recv := bind()
+				meta, frame := make([]byte, 32), make([]byte, size)
+				b.SetBytes(int64(size))
+				b.ReportAllocs()
+				for i := 0; i < b.N; i++ {
+					if _, err := send.Send(1, [][]byte{meta, frame}, shared); err != nil {
+						b.Fatal(err)
+					}
+					recvWithin(b, recv, 10e9)
+				}
+			})
+		}
+	}
+}
