@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/gopslite/pslite/internal/testcluster"
 	"github.com/gopslite/pslite/kv"
 	"github.com/gopslite/pslite/postoffice"
 )
@@ -25,6 +26,42 @@ func BenchmarkDefaultSlicer(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkSmallPush pushes one key and waits, in a 1x1 job inside the
+// test process: over in-memory transports (the cost of the layers above
+// the transport) and over ZeroMQ on loopback.
+func BenchmarkSmallPush(b *testing.B) {
+	for _, mem := range []bool{true, false} {
+		b.Run(fmt.Sprintf("mem=%v", mem), func(b *testing.B) {
+			c := testcluster.New(b, 1, 1, testcluster.Options{Mem: mem})
+			s, err := kv.NewKVServer[float32](c.Servers[0], 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			s.SetRequestHandle(func(meta kv.KVMeta, _ kv.KVPairs[float32], s *kv.KVServer[float32]) {
+				s.Response(meta, kv.KVPairs[float32]{})
+			})
+			w, err := kv.NewKVWorker[float32](c.Workers[0], 0, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			keys, vals := []uint64{1}, []float32{1}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				ts, err := w.ZPush(keys, vals, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := w.Wait(ts); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			c.Finalize(b)
 		})
 	}
 }

@@ -53,7 +53,7 @@ type KVWorker[V message.Value] struct {
 	// waiting holds, per unfinished request, the ranks of the servers that
 	// have not answered yet, so that a lost server fails exactly the
 	// requests that wait on it.
-	waiting map[int]map[int]struct{}
+	waiting map[int][]int
 	slicer  Slicer[V]
 }
 
@@ -67,7 +67,7 @@ func NewKVWorker[V message.Value](po *postoffice.Postoffice, appID, customerID i
 		SimpleApp: newSimpleApp(po),
 		callbacks: make(map[int]func() error),
 		pulls:     make(map[int][]KVPairs[V]),
-		waiting:   make(map[int]map[int]struct{}),
+		waiting:   make(map[int][]int),
 		slicer:    DefaultSlicer[V],
 	}
 	if err := w.register(appID, customerID, w.process); err != nil {
@@ -86,7 +86,7 @@ func (w *KVWorker[V]) nodeDown(id int) {
 	var lost []int
 	w.mu.Lock()
 	for ts, ranks := range w.waiting {
-		if _, ok := ranks[rank]; ok {
+		if slices.Contains(ranks, rank) {
 			lost = append(lost, ts)
 		}
 	}
@@ -210,25 +210,25 @@ func (w *KVWorker[V]) send(push, pull bool, o reqOptions, kvs KVPairs[V], dest *
 		return 0, err
 	}
 	var cb func() error
-	switch {
+	switch userCB := o.cb; {
 	case dest != nil:
 		cb = func() error {
 			err := w.assemble(ts, dest)
-			if o.cb != nil && err == nil {
-				o.cb()
+			if userCB != nil && err == nil {
+				userCB()
 			}
 			return err
 		}
-	case o.cb != nil:
-		cb = func() error { o.cb(); return nil }
+	case userCB != nil:
+		cb = func() error { userCB(); return nil }
 	}
 	skipped := 0
-	ranks := make(map[int]struct{}, len(parts))
+	ranks := make([]int, 0, len(parts))
 	for i, p := range parts {
 		if len(p.Keys) == 0 {
 			skipped++
 		} else {
-			ranks[i] = struct{}{}
+			ranks = append(ranks, i)
 		}
 	}
 	w.mu.Lock()
@@ -306,7 +306,8 @@ func (w *KVWorker[V]) process(msg *message.Message) {
 	ts := int(msg.Meta.Timestamp)
 	w.mu.Lock()
 	if ranks, ok := w.waiting[ts]; ok {
-		delete(ranks, message.IDToRank(int(msg.Meta.Sender)))
+		ranks = slices.DeleteFunc(ranks, func(r int) bool { return r == message.IDToRank(int(msg.Meta.Sender)) })
+		w.waiting[ts] = ranks
 		if len(ranks) == 0 {
 			delete(w.waiting, ts)
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gopslite/pslite/message/pb"
@@ -16,8 +17,103 @@ var ErrBadMeta = errors.New("malformed meta")
 // head, push, pull, request, simple_app, priority, customer_id and data_size
 // always; app_id and timestamp only when not Empty; body only when not empty;
 // barrier_group only for BARRIER and msg_sig only for ACK.
+//
+// The meta of a data message (every request and response) is written
+// directly, field by field in field-number order, to exactly the bytes the
+// generated code writes; control metas go through the generated code.
 func Encode(m *Meta) ([]byte, error) {
-	return proto.Marshal(toPB(m))
+	if m.IsControl() {
+		return proto.Marshal(toPB(m))
+	}
+	return appendDataMeta(make([]byte, 0, dataMetaSize(m)), m), nil
+}
+
+// PBMeta's field numbers (message/pb/meta.proto).
+const (
+	fieldHead       protowire.Number = 1
+	fieldBody       protowire.Number = 2
+	fieldControl    protowire.Number = 3
+	fieldRequest    protowire.Number = 4
+	fieldPush       protowire.Number = 5
+	fieldSimpleApp  protowire.Number = 6
+	fieldAppID      protowire.Number = 7
+	fieldTimestamp  protowire.Number = 8
+	fieldDataType   protowire.Number = 9
+	fieldCustomerID protowire.Number = 10
+	fieldDataSize   protowire.Number = 11
+	fieldPull       protowire.Number = 12
+	fieldPriority   protowire.Number = 13
+)
+
+// varintSize and appendInt32 follow protobuf's int32 encoding: negative
+// values are sign-extended to ten bytes.
+func int32Size(v int32) int { return protowire.SizeVarint(uint64(v)) }
+
+func appendInt32(b []byte, num protowire.Number, v int32) []byte {
+	b = protowire.AppendTag(b, num, protowire.VarintType)
+	return protowire.AppendVarint(b, uint64(v))
+}
+
+func appendBool(b []byte, num protowire.Number, v bool) []byte {
+	b = protowire.AppendTag(b, num, protowire.VarintType)
+	return protowire.AppendVarint(b, protowire.EncodeBool(v))
+}
+
+// dataMetaSize returns the encoded size of a data meta (every tag here is one
+// byte).
+func dataMetaSize(m *Meta) int {
+	n := 1 + int32Size(m.Head) + 4*2 + 1 + int32Size(m.CustomerID) + 1 + int32Size(m.DataSize) + 1 + int32Size(m.Priority)
+	if len(m.Body) > 0 {
+		n += 1 + protowire.SizeBytes(len(m.Body))
+	}
+	if m.AppID != Empty {
+		n += 1 + int32Size(m.AppID)
+	}
+	if m.Timestamp != Empty {
+		n += 1 + int32Size(m.Timestamp)
+	}
+	if len(m.DataTypes) > 0 {
+		n += 1 + protowire.SizeBytes(packedSize(m.DataTypes))
+	}
+	return n
+}
+
+func packedSize(ds []DataType) int {
+	n := 0
+	for _, d := range ds {
+		n += int32Size(int32(d))
+	}
+	return n
+}
+
+// appendDataMeta appends the wire form of a data meta (no control).
+func appendDataMeta(b []byte, m *Meta) []byte {
+	b = appendInt32(b, fieldHead, m.Head)
+	if len(m.Body) > 0 {
+		b = protowire.AppendTag(b, fieldBody, protowire.BytesType)
+		b = protowire.AppendBytes(b, m.Body)
+	}
+	b = appendBool(b, fieldRequest, m.Request)
+	b = appendBool(b, fieldPush, m.Push)
+	b = appendBool(b, fieldSimpleApp, m.SimpleApp)
+	if m.AppID != Empty {
+		b = appendInt32(b, fieldAppID, m.AppID)
+	}
+	if m.Timestamp != Empty {
+		b = appendInt32(b, fieldTimestamp, m.Timestamp)
+	}
+	if len(m.DataTypes) > 0 {
+		b = protowire.AppendTag(b, fieldDataType, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(packedSize(m.DataTypes)))
+		for _, d := range m.DataTypes {
+			b = protowire.AppendVarint(b, uint64(int32(d)))
+		}
+	}
+	b = appendInt32(b, fieldCustomerID, m.CustomerID)
+	b = appendInt32(b, fieldDataSize, m.DataSize)
+	b = appendBool(b, fieldPull, m.Pull)
+	b = appendInt32(b, fieldPriority, m.Priority)
+	return b
 }
 
 func toPB(m *Meta) *pb.PBMeta {
@@ -72,7 +168,106 @@ func toPB(m *Meta) *pb.PBMeta {
 // Decode parses the wire form of a meta. Absent app_id, timestamp and node ids
 // read as Empty; Sender and Recver are left Empty for the caller to fill. An
 // unknown data type or role is an error.
+//
+// A meta without a control field (a data message) is read field by field
+// with protobuf's rules (any order, the last of a repeated scalar wins,
+// packed or unpacked data types, a known field with the wrong wire type or
+// an unknown one skipped); one with a control goes through the generated
+// code. Both give what the generated code alone would (FuzzDecodeFast).
 func Decode(b []byte) (Meta, error) {
+	if m, ok, err := decodeDataMeta(b); ok {
+		return m, err
+	}
+	return decodeGenerated(b)
+}
+
+// errDecode is protowire's error for a negative length from its Consume
+// functions.
+func errDecode(n int) error { return fmt.Errorf("%w: %v", ErrBadMeta, protowire.ParseError(n)) }
+
+// decodeDataMeta decodes a meta without a control field; ok is false when
+// it meets one (the caller then uses the generated code).
+func decodeDataMeta(b []byte) (m Meta, ok bool, err error) {
+	m = Meta{AppID: Empty, Timestamp: Empty, Sender: Empty, Recver: Empty}
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return Meta{}, true, errDecode(n)
+		}
+		if num > protowire.MaxValidNumber {
+			return Meta{}, true, fmt.Errorf("%w: field number %d", ErrBadMeta, num)
+		}
+		b = b[n:]
+		switch {
+		case typ == protowire.VarintType && num != fieldBody && num != fieldControl && num <= fieldPriority:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return Meta{}, true, errDecode(n)
+			}
+			b = b[n:]
+			switch num {
+			case fieldHead:
+				m.Head = int32(v)
+			case fieldRequest:
+				m.Request = protowire.DecodeBool(v)
+			case fieldPush:
+				m.Push = protowire.DecodeBool(v)
+			case fieldSimpleApp:
+				m.SimpleApp = protowire.DecodeBool(v)
+			case fieldAppID:
+				m.AppID = int32(v)
+			case fieldTimestamp:
+				m.Timestamp = int32(v)
+			case fieldDataType:
+				m.DataTypes = append(m.DataTypes, DataType(int32(v)))
+			case fieldCustomerID:
+				m.CustomerID = int32(v)
+			case fieldDataSize:
+				m.DataSize = int32(v)
+			case fieldPull:
+				m.Pull = protowire.DecodeBool(v)
+			case fieldPriority:
+				m.Priority = int32(v)
+			}
+		case typ == protowire.BytesType && (num == fieldBody || num == fieldControl || num == fieldDataType):
+			if num == fieldControl {
+				return Meta{}, false, nil
+			}
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return Meta{}, true, errDecode(n)
+			}
+			b = b[n:]
+			if num == fieldBody {
+				m.Body = append([]byte{}, v...)
+				continue
+			}
+			for len(v) > 0 {
+				d, n := protowire.ConsumeVarint(v)
+				if n < 0 {
+					return Meta{}, true, errDecode(n)
+				}
+				v = v[n:]
+				m.DataTypes = append(m.DataTypes, DataType(int32(d)))
+			}
+		default: // unknown, or a known field with another wire type
+			n := protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return Meta{}, true, errDecode(n)
+			}
+			b = b[n:]
+		}
+	}
+	for _, d := range m.DataTypes {
+		if d < 0 || d > Other {
+			return Meta{}, true, fmt.Errorf("%w: unknown data type %d", ErrBadMeta, d)
+		}
+	}
+	return m, true, nil
+}
+
+// decodeGenerated decodes any meta with the generated code.
+func decodeGenerated(b []byte) (Meta, error) {
 	var p pb.PBMeta
 	if err := proto.Unmarshal(b, &p); err != nil {
 		return Meta{}, fmt.Errorf("%w: %v", ErrBadMeta, err)

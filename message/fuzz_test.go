@@ -3,8 +3,11 @@ package message
 import (
 	"bytes"
 	"errors"
+	"math/rand/v2"
 	"reflect"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
 )
 
 // FuzzDecode feeds Decode arbitrary bytes: it must never panic, every error
@@ -119,5 +122,83 @@ func checkWrittenFields(t *testing.T, m1, m2 Meta) {
 	}
 	if c2.BarrierGroup != wantGroup || c2.MsgSig != wantSig {
 		t.Fatalf("%v: barrier_group %d, msg_sig %d; want %d, %d", c1.Cmd, c2.BarrierGroup, c2.MsgSig, wantGroup, wantSig)
+	}
+}
+
+// FuzzDecodeFast checks the hand-written decoder of data metas against the
+// generated code: for any input both accept or both reject it, and accept
+// it as the same meta.
+//
+//	go test -run XXX -fuzz FuzzDecodeFast -fuzztime 60s ./message/
+func FuzzDecodeFast(f *testing.F) {
+	for _, c := range wireCases {
+		f.Add(c.wire)
+	}
+	f.Add([]byte{})
+	f.Add(b(0x48, 0x08, 0x4a, 0x01, 0x09))                               // unpacked then packed data_type
+	f.Add(b(0x0a, 0x01, 0x05, 0x12, 0x00, 0x15, 1, 2, 3, 4, 0x08, 0x01)) // head as bytes, empty body, fixed32 body
+	f.Add(b(0x0b, 0x08, 0x01, 0x0c, 0x20, 0x01))                         // a group, then request
+	f.Add(b(0x4a, 0x02, 0x80, 0x01))                                     // packed data_type out of range
+	f.Add(b(0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		got, err := Decode(in)
+		want, werr := decodeGenerated(in)
+		if (err == nil) != (werr == nil) {
+			t.Fatalf("Decode(% x): error %v, generated code: %v", in, err, werr)
+		}
+		if err != nil {
+			if !errors.Is(err, ErrBadMeta) {
+				t.Fatalf("error %v does not wrap ErrBadMeta", err)
+			}
+			return
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("Decode(% x):\n got %+v\nwant %+v", in, got, want)
+		}
+	})
+}
+
+// TestEncodeDataMetaMatchesGenerated encodes random data metas by hand and
+// with the generated code and wants the same bytes.
+func TestEncodeDataMetaMatchesGenerated(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	i32 := func() int32 {
+		switch rng.IntN(5) {
+		case 0:
+			return Empty
+		case 1:
+			return -rng.Int32N(1 << 30)
+		case 2:
+			return 0
+		}
+		return rng.Int32()
+	}
+	for i := 0; i < 5000; i++ {
+		m := Meta{Head: i32(), AppID: i32(), CustomerID: i32(), Timestamp: i32(), Sender: i32(), Recver: i32(),
+			Request: rng.IntN(2) == 0, Push: rng.IntN(2) == 0, Pull: rng.IntN(2) == 0, SimpleApp: rng.IntN(2) == 0,
+			DataSize: i32(), Priority: i32()}
+		if rng.IntN(3) == 0 {
+			m.Body = make([]byte, rng.IntN(300))
+			for j := range m.Body {
+				m.Body[j] = byte(rng.IntN(256))
+			}
+		}
+		for range rng.IntN(4) {
+			m.DataTypes = append(m.DataTypes, DataType(rng.IntN(int(Other)+1)))
+		}
+		got, err := Encode(&m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := proto.Marshal(toPB(&m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("meta %+v:\n got % x\nwant % x", m, got, want)
+		}
+		if cap(got) != len(got) {
+			t.Fatalf("meta %+v: buffer of %d bytes for %d written", m, cap(got), len(got))
+		}
 	}
 }

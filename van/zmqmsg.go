@@ -106,7 +106,7 @@ func newFrameReader(h unsafe.Pointer) *frameReader {
 // recv returns the frames of the next message; its errors are
 // pebbe/zmq4's (zmq.Errno).
 func (r *frameReader) recv() ([][]byte, error) {
-	var frames [][]byte
+	frames := make([][]byte, 0, 4) // identity, meta, keys, values: most messages
 	for {
 		n := C.pslite_recv_frame(r.h, r.f, 0)
 		if n < 0 {
