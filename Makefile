@@ -5,6 +5,7 @@
 #   make demo    test_kv_app, then logistic regression on heart_scale and Fashion-MNIST (2 servers, 2 workers)
 #   make proto   regenerate message/pb/meta.pb.go; make proto-check fails on drift
 #   make bench   micro-benchmarks, then psbench jobs writing docs/PERFORMANCE.md
+#                (PSLITE_CPP_BUILD=dir adds C++ ps-lite's test_kv_app_benchmark)
 GO        ?= go
 BUILD     ?= build
 PROTOC_GEN_GO_VERSION := v1.36.12
@@ -40,7 +41,7 @@ proto-check:
 	$(GO) test -count=1 -run Drift ./message/pb/
 
 bench: build
-	$(GO) test -run XXX -bench . -benchmem ./message/ ./customer/ ./kv/ ./psf/
+	$(GO) test -run XXX -bench . -benchmem ./message/ ./customer/ ./kv/ ./van/ ./psf/
 	scripts/bench.sh docs/PERFORMANCE.md
 
 clean:

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs the benchmark suite and writes docs/PERFORMANCE.md: psbench in 1x1
 # and 2x2 jobs with 1e6 and 1e7 keys (bulk), plus latency, windowed rate and
-# memory growth. Expects the programs in build/ (make build).
+# memory growth, and, when PSLITE_CPP_BUILD is set, C++ ps-lite's
+# test_kv_app_benchmark next to ours. Expects the programs in build/ (make
+# build).
 #
 #   usage: scripts/bench.sh [OUT]     (default OUT: docs/PERFORMANCE.md)
 set -euo pipefail
@@ -22,6 +24,27 @@ for layout in "1 1" "2 2"; do
   run $layout -mode=latency,window -iters=2000 -requests=100000
 done
 run 1 1 -mode=memory -mem-requests=1000000
+
+# With PSLITE_CPP_BUILD naming a directory of C++ ps-lite's test programs
+# (built by you from upstream; see README), its test_kv_app_benchmark runs
+# next to ours, alternately, in the same 1x1 job shape: push and pull of
+# 10,000,000 keys to servers that store nothing.
+kv_benchmark() { # label binary
+  local log
+  log=$(DMLC_NODE_HOST=127.0.0.1 scripts/local.sh 1 1 "$2" 2>&1) || { echo "$log" >&2; return 1; }
+  for op in Push Pull; do
+    v=$(echo "$log" | grep -o "$op average time cost: [0-9.]*" | grep -o '[0-9.]*$')
+    printf 'RESULT {"name":"kv_app_benchmark_%s","label":"%s","servers":1,"workers":1,"keys":10000000,"value":%s,"unit":"ms"}\n' \
+      "${op,,}" "$1" "$v" >>"$results"
+  done
+}
+if [ -n "${PSLITE_CPP_BUILD:-}" ]; then
+  echo "== test_kv_app_benchmark: C++ ps-lite from $PSLITE_CPP_BUILD and ours" >&2
+  for i in 1 2 3; do
+    kv_benchmark "C++ ps-lite" "$PSLITE_CPP_BUILD/test_kv_app_benchmark"
+    kv_benchmark "ours" build/test_kv_app_benchmark
+  done
+fi
 mkdir -p "$(dirname "$out")"
 build/psbench report < "$results" > "$out"
 echo "wrote $out" >&2

@@ -28,7 +28,8 @@ import (
 //     in place even if Go drops every reference) and handed to libzmq, which
 //     calls back to unpin it once it has written the bytes out;
 //   - frames are received with one cgo call each and copied once into Go
-//     memory that is not zeroed first.
+//     memory (not zeroed first, for small frames; in preemptible chunks, for
+//     large ones).
 //
 // The libzmq handle of a pebbe/zmq4 socket is not exported; rawSocket reads
 // it by reflection and checks it against the socket's type, and the
@@ -112,7 +113,7 @@ func (r *frameReader) recv() ([][]byte, error) {
 		if n < 0 {
 			return nil, zmq.Errno(-n)
 		}
-		frames = append(frames, C.GoBytes(r.f.data, n))
+		frames = append(frames, copyFrame(r.f.data, int(n)))
 		if n >= zeroCopyMin {
 			// Give a large frame back now rather than when the next
 			// message replaces it.
@@ -123,6 +124,31 @@ func (r *frameReader) recv() ([][]byte, error) {
 			return frames, nil
 		}
 	}
+}
+
+// copyChunk bounds each copy of a large frame. A copy is one memmove, which
+// cannot be preempted: a collection that starts meanwhile spins, signalling
+// the thread again and again, until it ends, and a memmove into fresh pages
+// of a large frame takes milliseconds (page faults). The runtime clears
+// memory in chunks of the same size for the same reason.
+const copyChunk = 256 << 10
+
+// copyFrame copies n bytes of C memory into Go memory. Small frames are
+// copied in one go into memory that is not zeroed first; large ones chunk by
+// chunk into a slice from make (which clears only recycled memory, itself
+// in chunks). In a cold test_kv_app_benchmark (1e7 keys) this took the push
+// from about 320 to 260 ms and the pull from about 720 to 630 ms (medians
+// of 6 runs).
+func copyFrame(p unsafe.Pointer, n int) []byte {
+	if n <= copyChunk {
+		return C.GoBytes(p, C.int(n))
+	}
+	src := unsafe.Slice((*byte)(p), n)
+	b := make([]byte, n)
+	for off := 0; off < n; off += copyChunk {
+		copy(b[off:], src[off:min(off+copyChunk, n)])
+	}
+	return b
 }
 
 // close frees the reader's C memory.

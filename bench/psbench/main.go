@@ -34,7 +34,7 @@ import (
 )
 
 var (
-	mode     = flag.String("mode", "all", "bulk, latency, window, memory, raw or all (comma-separated)")
+	mode     = flag.String("mode", "all", "bulk, latency, window, memory or all (comma-separated)")
 	numKeys  = flag.Int("n", 1000000, "keys per bulk request")
 	valLen   = flag.Int("k", 1, "values per key")
 	repeat   = flag.Int("repeat", 5, "repetitions of each bulk measurement (the median is reported)")
@@ -375,8 +375,9 @@ func latency(w *kv.KVWorker[float32], rank int, raw *rawClient, add func(Result)
 	add(Result{Name: "latency_pushpull_p99", Value: us(percentile(ppl, 0.99)), Unit: "us", Raw: raw99})
 }
 
-// windowed measures 1-key pushes with at most *window outstanding, after
-// the same number of raw 16-byte requests with the same window.
+// windowed measures 1-key pushes with at most *window outstanding, and
+// synchronous ones (a window of 1, a tenth as many), each after the same
+// number of raw 16-byte requests with the same window.
 func windowed(w *kv.KVWorker[float32], rank int, raw *rawClient, add func(Result)) {
 	keys := []uint64{uint64(rank)}
 	vals := []float32{1}
@@ -386,27 +387,30 @@ func windowed(w *kv.KVWorker[float32], rank int, raw *rawClient, add func(Result
 			server = i
 		}
 	}
-	prog.Check(ps.Barrier(0, ps.WorkerGroup), "barrier")
-	rawRate, err := raw.windowRate(server, &rawReq{send: [][]byte{make([]byte, 12)}, reply: []int{metaBytes}}, *requests, *window)
-	prog.Check(err, "raw window")
-	prog.Check(ps.Barrier(0, ps.WorkerGroup), "barrier")
-	start := time.Now()
-	ring := make([]int, 0, *window)
-	for i := 0; i < *requests; i++ {
-		if len(ring) == *window {
-			prog.Check(w.Wait(ring[0]), "push")
-			ring = ring[1:]
+	rate := func(name string, n, window int) {
+		prog.Check(ps.Barrier(0, ps.WorkerGroup), "barrier")
+		rawRate, err := raw.windowRate(server, &rawReq{send: [][]byte{make([]byte, 8)}, reply: []int{metaBytes}}, n, window)
+		prog.Check(err, "raw window")
+		prog.Check(ps.Barrier(0, ps.WorkerGroup), "barrier")
+		start := time.Now()
+		ring := make([]int, 0, window)
+		for i := 0; i < n; i++ {
+			if len(ring) == window {
+				prog.Check(w.Wait(ring[0]), "push")
+				ring = ring[1:]
+			}
+			ts, err := w.ZPush(keys, vals, nil)
+			prog.Check(err, "push")
+			ring = append(ring, ts)
 		}
-		ts, err := w.ZPush(keys, vals, nil)
-		prog.Check(err, "push")
-		ring = append(ring, ts)
+		for _, ts := range ring {
+			prog.Check(w.Wait(ts), "push")
+		}
+		add(Result{Name: name, Value: float64(n) / time.Since(start).Seconds(), Unit: "req/s",
+			Raw: rawRate, Extra: fmt.Sprintf("%d 1-key pushes per worker, %d outstanding; raw: 16-byte requests, meta-sized replies", n, window)})
 	}
-	for _, ts := range ring {
-		prog.Check(w.Wait(ts), "push")
-	}
-	el := time.Since(start)
-	add(Result{Name: fmt.Sprintf("window%d_push_rate", *window), Value: float64(*requests) / el.Seconds(), Unit: "req/s",
-		Raw: rawRate, Extra: fmt.Sprintf("%d 1-key pushes per worker; raw: 12-byte requests, meta-sized replies", *requests)})
+	rate(fmt.Sprintf("window%d_push_rate", *window), *requests, *window)
+	rate("sync_push_rate", max(*requests/10, 1), 1)
 }
 
 func memory(w *kv.KVWorker[float32], rank int, add func(Result)) {
