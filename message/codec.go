@@ -45,7 +45,7 @@ const (
 	fieldPriority   protowire.Number = 13
 )
 
-// varintSize and appendInt32 follow protobuf's int32 encoding: negative
+// int32Size and appendInt32 follow protobuf's int32 encoding: negative
 // values are sign-extended to ten bytes.
 func int32Size(v int32) int { return protowire.SizeVarint(uint64(v)) }
 

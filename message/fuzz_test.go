@@ -7,7 +7,11 @@ import (
 	"reflect"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/gopslite/pslite/message/pb"
 )
 
 // FuzzDecode feeds Decode arbitrary bytes: it must never panic, every error
@@ -200,5 +204,25 @@ func TestEncodeDataMetaMatchesGenerated(t *testing.T) {
 		if cap(got) != len(got) {
 			t.Fatalf("meta %+v: buffer of %d bytes for %d written", m, cap(got), len(got))
 		}
+	}
+}
+
+// TestFieldNumbersMatchProto checks the hand-written codec's field numbers
+// against the generated descriptor of PBMeta.
+func TestFieldNumbersMatchProto(t *testing.T) {
+	fields := (&pb.PBMeta{}).ProtoReflect().Descriptor().Fields()
+	for name, num := range map[string]protowire.Number{
+		"head": fieldHead, "body": fieldBody, "control": fieldControl, "request": fieldRequest,
+		"push": fieldPush, "simple_app": fieldSimpleApp, "app_id": fieldAppID, "timestamp": fieldTimestamp,
+		"data_type": fieldDataType, "customer_id": fieldCustomerID, "data_size": fieldDataSize,
+		"pull": fieldPull, "priority": fieldPriority,
+	} {
+		f := fields.ByName(protoreflect.Name(name))
+		if f == nil || f.Number() != num {
+			t.Errorf("field %s: codec uses %d, meta.proto says %v", name, num, f)
+		}
+	}
+	if fields.Len() != 13 {
+		t.Errorf("PBMeta has %d fields; the hand-written codec knows 13", fields.Len())
 	}
 }

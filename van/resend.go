@@ -2,6 +2,7 @@ package van
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -72,10 +73,21 @@ func (r *resender) addOutgoing(msg *message.Message, myID int32) {
 	}
 	sig := MsgSig(msg.Meta.AppID, myID, msg.Meta.Recver, msg.Meta.Timestamp, msg.Meta.Request)
 	r.mu.Lock()
-	if _, ok := r.sendBuf[sig]; !ok {
-		r.sendBuf[sig] = &outgoing{msg: msg, sent: time.Now()}
+	defer r.mu.Unlock()
+	if _, ok := r.sendBuf[sig]; ok {
+		return
 	}
-	r.mu.Unlock()
+	if !msg.ZeroCopy {
+		// The sender may reuse the frames once Send returns (the transport
+		// copies them); a resend must not read them then.
+		cp := *msg
+		cp.Data = make([][]byte, len(msg.Data))
+		for i, f := range msg.Data {
+			cp.Data[i] = slices.Clone(f)
+		}
+		msg = &cp
+	}
+	r.sendBuf[sig] = &outgoing{msg: msg, sent: time.Now()}
 }
 
 // addIncoming handles a received message: it consumes ACKs, acknowledges

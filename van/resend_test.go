@@ -1,6 +1,10 @@
 package van
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/gopslite/pslite/message"
+)
 
 func TestMsgSigLayout(t *testing.T) {
 	cases := []struct {
@@ -41,5 +45,28 @@ func TestSigRingForgetsOldest(t *testing.T) {
 	}
 	if len(r.set) != 3 {
 		t.Errorf("set holds %d entries, want 3", len(r.set))
+	}
+}
+
+// TestResenderKeepsCopiesOfCopiedMessages checks that a message whose
+// frames the sender may reuse (not ZeroCopy) is resent from a copy, and a
+// ZeroCopy one from the sender's frames.
+func TestResenderKeepsCopiesOfCopiedMessages(t *testing.T) {
+	r := &resender{sendBuf: map[uint64]*outgoing{}}
+	for ts, zeroCopy := range []bool{false, true} {
+		buf := []byte{1, 2, 3}
+		m := message.New()
+		m.Meta.AppID, m.Meta.Timestamp, m.Meta.Recver = 0, int32(ts), 9
+		m.Data = [][]byte{buf}
+		m.ZeroCopy = zeroCopy
+		r.addOutgoing(m, 8)
+		buf[0] = 99 // the sender reuses its buffer
+		kept := r.sendBuf[MsgSig(0, 8, 9, int32(ts), false)]
+		if kept == nil {
+			t.Fatalf("zeroCopy=%v: message not kept", zeroCopy)
+		}
+		if got, want := kept.msg.Data[0][0], map[bool]byte{false: 1, true: 99}[zeroCopy]; got != want {
+			t.Errorf("zeroCopy=%v: a resend would carry %d, want %d", zeroCopy, got, want)
+		}
 	}
 }
