@@ -16,8 +16,9 @@
 # environment (PS_VERBOSE, PS_RESEND, DMLC_LOCAL, ...) passes through.
 #
 # Settings, all from the environment:
-#   DMLC_PS_ROOT_PORT  scheduler port; default: a free port in 20000-60000
-#                      (8000 if none is found)
+#   DMLC_PS_ROOT_PORT  scheduler port; default: a free port below the
+#                      kernel's ephemeral range (else in 20000-60000; 8000
+#                      if none is found)
 #   PS_LOCAL_TIMEOUT   seconds before a job that is still running is killed
 #                      (default 120; 0 means no limit)
 #   PS_LOCAL_GRACE     seconds between SIGTERM and SIGKILL when stopping the
@@ -55,11 +56,18 @@ _launch_to_us() {
 # _launch_now sets _launch_us to the current time in microseconds.
 _launch_now() { _launch_us=${EPOCHREALTIME/[.,]/}; }
 
-# _launch_free_port prints a TCP port nobody listens on, or 8000.
+# _launch_free_port prints a TCP port nobody listens on, or 8000. It picks
+# below the kernel's ephemeral range (ip_local_port_range) when there is
+# room, so that no node, whose port the kernel picks from that range, can
+# take it between this check and the scheduler's bind.
 _launch_free_port() {
-  local i p
+  local i p lo=20000 span=40001 eph
+  eph=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null)
+  if [[ $eph =~ ^[0-9]+$ ]] && ((eph > 12000)); then
+    lo=10000 span=$((eph - 10000))
+  fi
   for ((i = 0; i < 100; i++)); do
-    p=$(((RANDOM << 15 | RANDOM) % 40001 + 20000))
+    p=$(((RANDOM << 15 | RANDOM) % span + lo))
     # A DMLC_LOCAL job names its ipc socket after the port.
     [ -e "/tmp/$p" ] && continue
     if command -v ss >/dev/null 2>&1 &&

@@ -28,9 +28,10 @@ var ErrClosed = errors.New("van: transport closed")
 // handler runs long; the hand-over orders the calls). Connect and Send may
 // be called from any goroutine.
 type Transport interface {
-	// Bind binds the receiving socket to host:port. When the port is taken
-	// and maxRetry > 0, it tries up to maxRetry random ports in
-	// [10000, 50000). It returns the port bound.
+	// Bind binds the receiving socket to host:port; port 0 lets the
+	// transport pick a free one. When the port is taken and maxRetry > 0,
+	// it tries up to maxRetry random ports in [10000, 50000). It returns
+	// the port bound.
 	Bind(host string, port, maxRetry int) (int, error)
 	// Connect opens, or reopens, the sending socket for node id, announcing
 	// itself with identity (none when identity is empty).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -161,12 +162,30 @@ func (t *ZMQTransport) Bind(host string, port, maxRetry int) (int, error) {
 	}
 	var lastErr error
 	for i := 0; i <= maxRetry; i++ {
-		if i > 0 || port <= 0 {
+		endpoint := t.endpoint(host, port)
+		switch {
+		case port <= 0 && i == 0 && !t.opts.Local:
+			// Let the kernel pick a free port, as C++ ps-lite does: it picks
+			// from the ephemeral range, which scripts/local.sh keeps
+			// schedulers out of, and never one that is taken.
+			endpoint = fmt.Sprintf("tcp://%s:*", host)
+		case i > 0 || port <= 0:
 			port = 10000 + rand.IntN(40000)
+			endpoint = t.endpoint(host, port)
 		}
-		if err := sock.Bind(t.endpoint(host, port)); err != nil {
+		if err := sock.Bind(endpoint); err != nil {
 			lastErr = err
 			continue
+		}
+		if port <= 0 {
+			bound, err := sock.GetLastEndpoint()
+			if err == nil {
+				port, err = strconv.Atoi(bound[strings.LastIndexByte(bound, ':')+1:])
+			}
+			if err != nil || port <= 0 {
+				sock.Close()
+				return 0, fmt.Errorf("van: port of %q: %v", bound, err)
+			}
 		}
 		t.router, t.boundAt = sock, t.endpoint(host, port)
 		if h := rawSocket(sock); h != nil {

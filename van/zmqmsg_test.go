@@ -171,3 +171,40 @@ func TestZeroCopyReleasedOnClose(t *testing.T) {
 		t.Fatalf("%d frames still pinned after Close", n)
 	}
 }
+
+// TestBindPicksFreePort binds two transports to port 0: each gets its own
+// port from the kernel, and a peer reaches it there.
+func TestBindPicksFreePort(t *testing.T) {
+	var ports []int
+	var recvs []*ZMQTransport
+	for range 2 {
+		tr, err := NewZMQTransport(ZMQOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		port, err := tr.Bind("127.0.0.1", 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports = append(ports, port)
+		recvs = append(recvs, tr)
+	}
+	if ports[0] <= 0 || ports[0] == ports[1] {
+		t.Fatalf("ports %v", ports)
+	}
+	send, err := NewZMQTransport(ZMQOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer send.Close()
+	if err := send.Connect(1, "127.0.0.1", ports[1], Identity(9)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := send.Send(1, [][]byte{[]byte("hi")}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, got := recvWithin(t, recvs[1], 5*time.Second); string(got[0]) != "hi" {
+		t.Fatalf("got %q", got)
+	}
+}

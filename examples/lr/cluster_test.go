@@ -67,28 +67,19 @@ func needFile(t *testing.T, path, pkg string) {
 }
 
 // job runs "scripts/local.sh servers workers lr args..." and returns its
-// output; the test fails when the job fails. A job whose scheduler could not
-// bind the port local.sh picked (taken by someone else in the meantime, as
-// happens on a busy machine) is started again, at most twice.
+// output; the test fails when the job fails.
 func job(t *testing.T, servers, workers int, args ...string) string {
 	t.Helper()
 	cmdArgs := append([]string{fmt.Sprint(servers), fmt.Sprint(workers), lrBinary(t)}, args...)
-	for try := 1; ; try++ {
-		cmd := exec.Command(filepath.Join("..", "..", "scripts", "local.sh"), cmdArgs...)
-		cmd.Env = append(os.Environ(), "PS_LOCAL_TIMEOUT=90", "PS_START_TIMEOUT=30")
-		var buf bytes.Buffer
-		cmd.Stdout = &buf
-		cmd.Stderr = &buf
-		err := cmd.Run()
-		if err == nil {
-			return buf.String()
-		}
-		if try < 3 && strings.Contains(buf.String(), "address already in use") {
-			t.Logf("local.sh: port taken, starting again:\n%s", buf.String())
-			continue
-		}
+	cmd := exec.Command(filepath.Join("..", "..", "scripts", "local.sh"), cmdArgs...)
+	cmd.Env = append(os.Environ(), "PS_LOCAL_TIMEOUT=90", "PS_START_TIMEOUT=30")
+	var buf bytes.Buffer
+	cmd.Stdout = &buf
+	cmd.Stderr = &buf
+	if err := cmd.Run(); err != nil {
 		t.Fatalf("local.sh %s: %v\n%s", strings.Join(cmdArgs, " "), err, buf.String())
 	}
+	return buf.String()
 }
 
 // standalone runs the program without a job.

@@ -21,16 +21,11 @@ export PS_LOCAL_TIMEOUT=${PS_LOCAL_TIMEOUT:-900}
 mkdir -p build "$OUT"
 go build -o build/ ./examples/lr
 
-# job LOG SERVERS WORKERS ARGS... runs one job into LOG, starting it again
-# (at most twice) when the port local.sh picked was taken meanwhile.
+# job LOG SERVERS WORKERS ARGS... runs one job into LOG.
 job() {
-  local log=$1 try
+  local log=$1
   shift
-  for try in 1 2 3; do
-    scripts/local.sh "$@" >"$log" 2>&1 && return 0
-    grep -q 'address already in use' "$log" || return 1
-  done
-  return 1
+  scripts/local.sh "$@" >"$log" 2>&1
 }
 
 # run NAME SERVERS WORKERS ARGS... runs one job and prints its table row.

@@ -5,7 +5,10 @@ package testcluster
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"sort"
 	"sync"
 	"testing"
@@ -127,13 +130,36 @@ func Each(nodes []*postoffice.Postoffice, f func(*postoffice.Postoffice) error) 
 	return nil
 }
 
-// FreePort returns a TCP port on loopback that was free a moment ago.
+// FreePort returns a TCP port on loopback that was free a moment ago, for a
+// scheduler. Like scripts/local.sh it picks below the kernel's ephemeral
+// range when there is room, where no node's port (the kernel picks those
+// from that range) can take it before the scheduler binds it.
 func FreePort(t testing.TB) int {
 	t.Helper()
+	if lo := ephemeralLow(); lo > 12000 {
+		for range 100 {
+			port := 10000 + rand.IntN(lo-10000)
+			if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+				l.Close()
+				return port
+			}
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// ephemeralLow returns the lowest port of the kernel's ephemeral range, or 0.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	var lo int
+	fmt.Sscan(string(b), &lo)
+	return lo
 }
