@@ -191,6 +191,12 @@ func TestBadArguments(t *testing.T) {
 		"unknown -mode":           {"-mode=serve"},
 		"unexpected arguments":    {"-train=x", "extra"},
 		"flag provided but not d": {"-nosuchflag"},
+		"-lr must be a positive":  {"-train=x", "-lr=NaN"},
+		"-l2 must be a number":    {"-train=x", "-l2=NaN"},
+		"ftrl needs":              {"-train=x", "-opt=ftrl", "-alpha=+Inf"},
+		"-holdout must be in":     {"-train=x", "-holdout=NaN"},
+		"-lr-decay must be":       {"-train=x", "-lr-decay=NaN"},
+		"-bias must be a finite":  {"-train=x", "-bias=Inf"},
 	}
 	for want, args := range cases {
 		var stderr bytes.Buffer

@@ -14,6 +14,14 @@ import (
 	"strings"
 )
 
+// maxFeatureID bounds feature ids, and maxModelKeys a model's features ×
+// outputs: workers and servers keep arrays indexed by them, so one stray
+// huge id in a file must be an error rather than gigabytes of memory.
+const (
+	maxFeatureID = 1<<26 - 1
+	maxModelKeys = 1 << 26
+)
+
 // Dataset holds examples in compressed sparse rows. Row i has the features
 // Idx[Start[i]:Start[i+1]] (ascending ids) with values Val[...] and the raw
 // label Label[i]. Feature ids are the file's (1-based); id 0 is the bias,
@@ -168,6 +176,7 @@ func ReadLIBSVM(r io.Reader, name string) (*Dataset, error) {
 			return nil, fail("bad label %q", fields[0])
 		}
 		idx, val = idx[:0], val[:0]
+		prev := int64(0) // the last id parsed, kept or not (zero values are not)
 		for _, f := range fields[1:] {
 			colon := strings.IndexByte(f, ':')
 			if colon < 0 {
@@ -180,9 +189,13 @@ func ReadLIBSVM(r io.Reader, name string) (*Dataset, error) {
 			if id < 1 {
 				return nil, fail("feature id %d in %q: ids start at 1", id, f)
 			}
-			if n := len(idx); n > 0 && int32(id) <= idx[n-1] {
-				return nil, fail("feature id %d is not above the previous one (%d)", id, idx[n-1])
+			if id > maxFeatureID {
+				return nil, fail("feature id %d is above %d: number the features densely", id, maxFeatureID)
 			}
+			if id <= prev {
+				return nil, fail("feature id %d is not above the previous one (%d)", id, prev)
+			}
+			prev = id
 			v, err := strconv.ParseFloat(f[colon+1:], 32)
 			if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
 				return nil, fail("bad feature value in %q", f)
@@ -283,8 +296,11 @@ func InferLabels(loss string, sets ...*Dataset) (*Labels, error) {
 				return nil, fmt.Errorf("label %v: want -1/+1 or class numbers 0..K-1 or 1..K", y)
 			}
 		}
-		if hi > 1e6 {
-			return nil, fmt.Errorf("label %v: too many classes", hi)
+		// Classes are every integer up to the largest label: a stray large
+		// label would make a softmax model of that many classes, mostly
+		// never seen. Want most of them to occur.
+		if classes := hi + 1 - min(lo, 1); classes > 2*float64(len(seen))+8 {
+			return nil, fmt.Errorf("label %v: classes 0..%v (or 1..%v), but only %d of them occur; number the classes densely", hi, hi, hi, len(seen))
 		}
 		first := 1.0
 		if lo == 0 {
@@ -394,6 +410,9 @@ func ImagesToDataset(img, lab *IDX) (*Dataset, error) {
 	per := 1
 	for _, x := range img.Dims[1:] {
 		per *= x
+	}
+	if per > maxFeatureID {
+		return nil, fmt.Errorf("images of %d pixels: more features than %d", per, maxFeatureID)
 	}
 	d := newDataset()
 	d.Start = make([]int, 1, n+1)

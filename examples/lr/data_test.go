@@ -59,6 +59,8 @@ func TestReadLIBSVMErrors(t *testing.T) {
 		{"1 -3:1", "ids start at 1"},
 		{"1 3:1 2:1", "not above the previous"},
 		{"1 3:1 3:1", "not above the previous"},
+		{"1 3:0 2:1", "not above the previous"}, // a zero value still counts for the order
+		{"1 67108864:1", "number the features densely"},
 		{"1 3:abc", "bad feature value"},
 		{"1 3:inf", "bad feature value"},
 		{"1 99999999999:1", "bad feature id"},
@@ -114,6 +116,7 @@ func TestInferLabels(t *testing.T) {
 		{labels: []float64{0, 1, 2}, loss: "logistic", err: "two classes"},
 		{labels: []float64{0.5, 1}, err: "label 0.5"},
 		{labels: []float64{-1, 2}, err: "label -1"},
+		{labels: []float64{0, 1, 2, 999999}, err: "only 4 of them occur"},
 		{labels: []float64{0, 1}, loss: "hinge", err: "unknown loss"},
 	}
 	for _, c := range cases {
@@ -185,12 +188,13 @@ func TestReadIDX(t *testing.T) {
 		t.Errorf("got %+v", x)
 	}
 	bad := map[string][]byte{
-		"not an IDX":   {1, 2, 8, 1, 0, 0, 0, 1, 0},
-		"only":         {0, 0, 0x0d, 1, 0, 0, 0, 1, 0, 0, 0, 0},
-		"dimension 1":  {0, 0, 8, 2, 0, 0, 0, 1, 0},
-		"1 of 3 bytes": idxBytes([]uint32{3}, []byte{9}),
-		"too large":    idxBytes([]uint32{1 << 20, 1 << 20}, nil),
-		"header":       {0, 0},
+		"not an IDX":            {1, 2, 8, 1, 0, 0, 0, 1, 0},
+		"only":                  {0, 0, 0x0d, 1, 0, 0, 0, 1, 0, 0, 0, 0},
+		"dimension 1":           {0, 0, 8, 2, 0, 0, 0, 1, 0},
+		"1 of 3 bytes":          idxBytes([]uint32{3}, []byte{9}),
+		"too large":             idxBytes([]uint32{1 << 20, 1 << 20}, nil),
+		"0 of 1000000000 bytes": idxBytes([]uint32{1000, 1000, 1000}, nil), // no gigabyte allocated first
+		"header":                {0, 0},
 	}
 	for want, in := range bad {
 		if _, err := ReadIDX(bytes.NewReader(in)); err == nil || !strings.Contains(err.Error(), want) {

@@ -54,10 +54,16 @@ func ReadIDX(r io.Reader) (*IDX, error) {
 			return nil, fmt.Errorf("IDX dimensions %v: too large", x.Dims[:i+1])
 		}
 	}
-	x.Data = make([]byte, total)
-	if n, err := io.ReadFull(r, x.Data); err != nil {
-		return nil, fmt.Errorf("IDX data: %d of %d bytes: %w", n, total, err)
+	// Read what is there rather than allocate what the header announces: a
+	// corrupt header must not cost gigabytes before the data runs out.
+	data, err := io.ReadAll(io.LimitReader(r, total))
+	if err != nil {
+		return nil, fmt.Errorf("IDX data: %w", err)
 	}
+	if int64(len(data)) != total {
+		return nil, fmt.Errorf("IDX data: %d of %d bytes: %w", len(data), total, io.ErrUnexpectedEOF)
+	}
+	x.Data = data
 	return x, nil
 }
 

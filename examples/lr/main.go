@@ -111,14 +111,16 @@ flags:
 			return nil, fmt.Errorf("-batch must be at least 1")
 		case c.CV == 1 || c.CV < 0:
 			return nil, fmt.Errorf("-cv must be 0 or at least 2")
-		case c.Holdout < 0 || c.Holdout >= 1:
+		case !(c.Holdout >= 0 && c.Holdout < 1):
 			return nil, fmt.Errorf("-holdout must be in [0, 1)")
 		case c.Staleness < 0:
 			return nil, fmt.Errorf("-staleness must not be negative")
 		case c.CV > 0 && c.Test != "":
 			return nil, fmt.Errorf("-cv and -test exclude each other")
-		case c.LRDecay < 0:
-			return nil, fmt.Errorf("-lr-decay must not be negative")
+		case !nonNegative(c.LRDecay):
+			return nil, fmt.Errorf("-lr-decay must be a number >= 0")
+		case math.IsNaN(*bias) || math.IsInf(*bias, 0):
+			return nil, fmt.Errorf("-bias must be a finite number")
 		case c.LRDecay > 0 && c.Opt != "sgd":
 			return nil, fmt.Errorf("-lr-decay is for -opt=sgd (ftrl's rates decay by themselves)")
 		}
@@ -262,6 +264,9 @@ func work(cfg *Config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if keys := int64(features) * int64(labels.Outputs()); keys > maxModelKeys {
+		return fmt.Errorf("%d features × %d outputs make %d model keys, more than %d", features, labels.Outputs(), keys, maxModelKeys)
+	}
 	if folds := uint64(max(cfg.CV, 1)); uint64(features)*uint64(labels.Outputs())*folds >= statsBase {
 		return fmt.Errorf("%d features × %d outputs × %d folds do not fit below key %d", features, labels.Outputs(), folds, statsBase)
 	}
@@ -278,7 +283,7 @@ func work(cfg *Config, out io.Writer) error {
 		return err
 	}
 	opt := optName(cfg)
-	bw := (cfg.Batch + workers - 1) / workers
+	bw := t.perWorker()
 	kind := "binary logistic regression"
 	if labels.Softmax {
 		kind = fmt.Sprintf("softmax regression over %d classes", labels.K())
@@ -304,6 +309,9 @@ func work(cfg *Config, out io.Writer) error {
 				} else {
 					trainRows = append(trainRows, r)
 				}
+			}
+			if len(trainRows) < workers { // every worker sees this, none waits for an empty one
+				return fmt.Errorf("fold %d: %d training examples for %d workers", fold+1, len(trainRows), workers)
 			}
 			maxShard := (len(trainRows) + workers - 1) / workers
 			shard := train.Subset(Shard(trainRows, rank, workers))
@@ -331,9 +339,12 @@ func work(cfg *Config, out io.Writer) error {
 		}
 		logf("lr: %s, %d training and %d test examples, %d features, %d keys on %d servers",
 			kind, len(perm), test.Len(), features, t.numKeys, t.servers)
+		if len(perm) < workers {
+			return fmt.Errorf("%d training examples for %d workers", len(perm), workers)
+		}
 		maxShard := (len(perm) + workers - 1) / workers
 		logf("lr: %d workers, batch %d (%d per worker, %d steps per epoch), %s, %s, %d epochs",
-			workers, cfg.Batch, bw, (maxShard+bw-1)/bw, opt, syncName(cfg), cfg.Epochs)
+			workers, cfg.Batch, bw, t.steps(maxShard), opt, syncName(cfg), cfg.Epochs)
 		shard := train.Subset(Shard(perm, rank, workers))
 		train = nil // only the shard is needed from here on
 		if results, err = t.trainFold(0, shard, maxShard, test); err != nil {

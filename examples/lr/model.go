@@ -257,6 +257,9 @@ func ReadModel(r io.Reader) (*Model, error) {
 				if !haveLoss || len(m.Labels.Values) < 2 || outputs != m.Labels.Outputs() || m.Features < 1 || weights < 0 {
 					return fail("incomplete or inconsistent header")
 				}
+				if m.Features > maxFeatureID+1 || int64(m.Features)*int64(outputs) > maxModelKeys {
+					return fail("%d features × %d outputs: more than %d weights", m.Features, outputs, maxModelKeys)
+				}
 				m.W = make([]float32, m.Features*outputs)
 			}
 		default:

@@ -108,6 +108,17 @@ func TestLossGradByHand(t *testing.T) {
 	}
 }
 
+// TestReadModelBoundsTheHeader feeds headers whose sizes would overflow or
+// exhaust memory: an error, not a panic or an allocation.
+func TestReadModelBoundsTheHeader(t *testing.T) {
+	for _, features := range []string{"4611686018427387904", "67108865", "20000000"} {
+		in := "pslite-lr 1\nloss softmax\nlabels 0 1 2 3\noutputs 4\nfeatures " + features + "\nbias 1\nweights 1\nw 1 0 1\n"
+		if _, err := ReadModel(strings.NewReader(in)); err == nil || !strings.Contains(err.Error(), "more than") {
+			t.Errorf("features %s: error %v", features, err)
+		}
+	}
+}
+
 func TestModelWriteRead(t *testing.T) {
 	m := NewModel(Labels{Values: []float64{1, 2, 3}, Softmax: true}, 4, 1)
 	m.W[0], m.W[5], m.W[11] = 0.25, -1.5e-7, 3

@@ -76,22 +76,27 @@ func (o FTRL) String() string {
 func NewOptimizer(name string, lr, alpha, beta, l1, l2 float64) (Optimizer, error) {
 	switch name {
 	case "sgd":
-		if lr <= 0 {
-			return nil, fmt.Errorf("-lr must be positive")
+		if !positive(lr) {
+			return nil, fmt.Errorf("-lr must be a positive number")
 		}
 		if l1 != 0 {
 			return nil, fmt.Errorf("-l1 needs -opt=ftrl")
 		}
-		if l2 < 0 {
-			return nil, fmt.Errorf("-l2 must not be negative")
+		if !nonNegative(l2) {
+			return nil, fmt.Errorf("-l2 must be a number >= 0")
 		}
 		return SGD{LR: lr, L2: l2}, nil
 	case "ftrl":
-		if alpha <= 0 || beta < 0 || l1 < 0 || l2 < 0 {
-			return nil, fmt.Errorf("ftrl needs -alpha > 0 and -beta, -l1, -l2 >= 0")
+		if !positive(alpha) || !nonNegative(beta) || !nonNegative(l1) || !nonNegative(l2) {
+			return nil, fmt.Errorf("ftrl needs -alpha > 0 and -beta, -l1, -l2 >= 0 (finite numbers)")
 		}
 		return FTRL{Alpha: alpha, Beta: beta, L1: l1, L2: l2}, nil
 	default:
 		return nil, fmt.Errorf("unknown optimiser %q (want sgd or ftrl)", name)
 	}
 }
+
+// positive and nonNegative are false for NaN and infinities, which the
+// comparisons alone would let through.
+func positive(x float64) bool    { return x > 0 && !math.IsInf(x, 1) }
+func nonNegative(x float64) bool { return x >= 0 && !math.IsInf(x, 1) }

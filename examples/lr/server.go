@@ -97,8 +97,11 @@ type held struct {
 
 // stepBuf collects the gradients of one BSP step. The step being applied
 // (Store.applied) sums them next to the weights, in the pages (keys lists
-// the keys that hold a sum); a step further ahead, which the protocol never
-// produces, would sum them in grads.
+// the keys that hold a sum). A later step can be pending too: a worker whose
+// batch for step t+1 has no key on this server pulls nothing here and may
+// push t+1 (control keys only) before another worker's step t arrives; its
+// model keys, which a worker pushes only after pulling them for that step
+// here, cannot be ahead, but should any be, they are summed in grads.
 type stepBuf struct {
 	keys    []uint64
 	grads   map[uint64]float64
@@ -111,10 +114,10 @@ type ServerStats struct {
 	Pushes, Pulls   int           // training requests
 	Held            int           // training pulls that had to wait
 	HeldTime        time.Duration // their total waiting time
-	MaxHeld         time.Duration
-	StepsApplied    int // BSP: steps applied
-	Keys            int // model keys created
-	BufferedMaxKeys int // BSP: most keys buffered for one step
+	MaxHeld         time.Duration // the longest wait
+	StepsApplied    int           // BSP: steps applied
+	Keys            int           // model keys created
+	BufferedMaxKeys int           // BSP: most keys buffered for one step
 }
 
 // Store is a server's request handle: it keeps the weights of the keys in
@@ -225,7 +228,13 @@ func (s *Store) push(worker, step int, data kv.KVPairs[float32]) {
 		rate = float64(data.Vals[i])
 	}
 	share := 1 / float64(s.workers)
-	if s.mode == BSP && step >= s.applied {
+	if s.mode == BSP && step < s.applied {
+		// A step is applied only once every worker pushed it: a push for an
+		// applied step is a duplicate or a worker out of step.
+		s.errs = append(s.errs, fmt.Errorf("worker %d pushed step %d, already applied", worker, step))
+		return
+	}
+	if s.mode == BSP {
 		b := s.pending[step]
 		if b == nil {
 			b = &stepBuf{grads: make(map[uint64]float64), pushers: make(map[int]bool), rate: rate}
@@ -241,16 +250,18 @@ func (s *Store) push(worker, step int, data kv.KVPairs[float32]) {
 				continue
 			}
 			pg, j := s.slot(k)
-			if !pg.inStep[j] {
-				pg.inStep[j] = true
+			if pg.bsp == nil {
+				pg.bsp = new(pageStep)
+			}
+			if !pg.bsp.inStep[j] {
+				pg.bsp.inStep[j] = true
 				b.keys = append(b.keys, k)
 			}
-			pg.grad[j] += g
+			pg.bsp.grad[j] += g
 		}
 		s.st.BufferedMaxKeys = max(s.st.BufferedMaxKeys, len(b.keys)+len(b.grads))
 		b.pushers[worker] = true
-		// Steps complete in order: a worker pulls step t+1 only after
-		// step t is applied, so at most one step is pending.
+		// Apply every complete step, in order.
 		for {
 			b := s.pending[s.applied]
 			if b == nil || len(b.pushers) < s.workers {
@@ -258,8 +269,8 @@ func (s *Store) push(worker, step int, data kv.KVPairs[float32]) {
 			}
 			for _, k := range b.keys {
 				pg, j := s.slot(k)
-				g := pg.grad[j]
-				pg.grad[j], pg.inStep[j] = 0, false
+				g := pg.bsp.grad[j]
+				pg.bsp.grad[j], pg.bsp.inStep[j] = 0, false
 				s.opt.Update(&pg.params[j], g, 1, b.rate)
 			}
 			for k, g := range b.grads {
@@ -285,13 +296,18 @@ func (s *Store) push(worker, step int, data kv.KVPairs[float32]) {
 const pageBits = 10
 
 // page holds the state of 1<<pageBits consecutive keys; a key exists once
-// touched. Under BSP, grad sums the pending step's gradient of the keys
-// marked inStep.
+// touched. Under BSP, bsp sums the step being applied.
 type page struct {
 	params  [1 << pageBits]Param
 	touched [1 << pageBits]bool
-	grad    [1 << pageBits]float64
-	inStep  [1 << pageBits]bool
+	bsp     *pageStep // allocated by the first BSP push to the page
+}
+
+// pageStep sums the gradient of the BSP step being applied for the keys of
+// a page marked inStep.
+type pageStep struct {
+	grad   [1 << pageBits]float64
+	inStep [1 << pageBits]bool
 }
 
 // param returns key k's state, creating it on first touch.

@@ -133,6 +133,27 @@ func TestBSPHoldsPullsUntilTheStepIsApplied(t *testing.T) {
 	if st.StepsApplied != 1 || st.Held != 1 || len(errs) != 0 {
 		t.Errorf("stats %+v, errors %v", st, errs)
 	}
+	// A push for the applied step 0 is an error, not an update.
+	pushTrain(s, r, 1, 0, []uint64{5}, []float32{100})
+	if _, errs := s.Stats(); len(errs) != 1 || s.Weight(5) != want.W {
+		t.Errorf("late push: errors %v, weight %v", errs, s.Weight(5))
+	}
+}
+
+// TestBSPStepsAhead lets a worker push two steps of control keys only (its
+// batches touched no key here) before the other worker's first push: both
+// steps are applied once it arrives, in order.
+func TestBSPStepsAhead(t *testing.T) {
+	s := NewStore(SGD{LR: 1}, BSP, 0, 2)
+	r := &recorder{}
+	pushTrain(s, r, 0, 0, nil, nil)
+	pushTrain(s, r, 0, 1, nil, nil)
+	pushTrain(s, r, 1, 0, []uint64{5}, []float32{1})
+	pushTrain(s, r, 1, 1, []uint64{5}, []float32{2})
+	st, errs := s.Stats()
+	if st.StepsApplied != 2 || len(errs) != 0 || s.Weight(5) != -3 {
+		t.Errorf("steps applied %d, errors %v, weight %v (want 2, none, -3)", st.StepsApplied, errs, s.Weight(5))
+	}
 }
 
 func TestSSPBoundsStaleness(t *testing.T) {

@@ -82,6 +82,16 @@ func (t *trainer) pullModel(fold, kind, step int) (*Model, error) {
 	return m, nil
 }
 
+// perWorker returns the rows of a step on each worker: ceil(batch / W).
+func (t *trainer) perWorker() int { return (t.cfg.Batch + t.workers - 1) / t.workers }
+
+// steps returns the steps of an epoch when the largest shard has maxShard
+// rows; every worker runs that many, wrapping around its own shard.
+func (t *trainer) steps(maxShard int) int {
+	bw := t.perWorker()
+	return (maxShard + bw - 1) / bw
+}
+
 // trainFold trains fold's model on this worker's shard (rows of data),
 // where the largest shard has maxShard rows, for cfg.Epochs epochs. Rank 0
 // evaluates on test after each epoch and returns the epochs' results;
@@ -91,8 +101,8 @@ func (t *trainer) trainFold(fold int, shard *Dataset, maxShard int, test *Datase
 		return nil, fmt.Errorf("worker %d has no training examples (%d workers for %d examples?)", t.rank, t.workers, maxShard)
 	}
 	C := t.outputs
-	bw := (t.cfg.Batch + t.workers - 1) / t.workers // this worker's rows per step
-	steps := (maxShard + bw - 1) / bw
+	bw := t.perWorker()
+	steps := t.steps(maxShard)
 	scale := float32(1 / float64(bw*t.workers))
 	keyOff := uint64(fold) * t.numKeys
 	mark := make([]int32, max(int(shard.MaxFeature)+1, t.features))
@@ -175,19 +185,13 @@ func (t *trainer) trainFold(fold int, shard *Dataset, maxShard int, test *Datase
 	return results, nil
 }
 
-// evaluate pulls the model as a worker at the current step would see it,
-// scores test, and gathers every worker's report for the epoch.
+// evaluate gathers every worker's report for the epoch, then pulls the
+// model as a worker at the current step would see it and scores test. The
+// reports come first: each worker sends its report only once its last push
+// of the epoch was acknowledged, so under ASP and SSP too the model pulled
+// after them holds every update of the epoch.
 func (t *trainer) evaluate(fold, epoch int, test *Dataset) (EpochResult, error) {
 	r := EpochResult{Fold: fold, Epoch: epoch}
-	if test != nil && test.Len() > 0 {
-		m, err := t.pullModel(fold, kindTrain, t.step)
-		if err != nil {
-			return r, fmt.Errorf("epoch %d: pull model: %w", epoch+1, err)
-		}
-		r.TestLoss, r.TestAcc = m.Evaluate(test)
-		r.TestN = test.Len()
-		r.TestCorrect = int(math.Round(r.TestAcc * float64(r.TestN)))
-	}
 	keys := make([]uint64, 0, t.workers*statsFields)
 	for w := 0; w < t.workers; w++ {
 		for f := 0; f < statsFields; f++ {
@@ -197,6 +201,15 @@ func (t *trainer) evaluate(fold, epoch int, test *Dataset) (EpochResult, error) 
 	vals, err := t.pull(keys, nil, kindStats, 0)
 	if err != nil {
 		return r, fmt.Errorf("epoch %d: gather reports: %w", epoch+1, err)
+	}
+	if test != nil && test.Len() > 0 {
+		m, err := t.pullModel(fold, kindTrain, t.step)
+		if err != nil {
+			return r, fmt.Errorf("epoch %d: pull model: %w", epoch+1, err)
+		}
+		r.TestLoss, r.TestAcc = m.Evaluate(test)
+		r.TestN = test.Len()
+		r.TestCorrect = int(math.Round(r.TestAcc * float64(r.TestN)))
 	}
 	var loss, n, correct, secs float64
 	for w := 0; w < t.workers; w++ {
