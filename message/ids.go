@@ -27,6 +27,39 @@ func WorkerRankToID(rank int) int { return rank*2 + 9 }
 // IDToRank returns the rank of a server or worker id (0 for groups).
 func IDToRank(id int) int { return max((id-8)/2, 0) }
 
+// IsServerID reports whether id names one server: an even id from 8 on.
+func IsServerID(id int) bool { return id >= 8 && id%2 == 0 }
+
+// IsWorkerID reports whether id names one worker: an odd id from 9 on.
+func IsWorkerID(id int) bool { return id >= 9 && id%2 == 1 }
+
+// RoleOfID returns the role of the node id names; ok is false for groups,
+// for ids that name no node, and for Empty.
+func RoleOfID(id int) (role Role, ok bool) {
+	switch {
+	case id == Scheduler:
+		return RoleScheduler, true
+	case id == Empty || id < 8:
+		return 0, false
+	case IsServerID(id):
+		return RoleServer, true
+	}
+	return RoleWorker, true
+}
+
+// DescribeID names node id for people: "scheduler", "server 1 (node 10)",
+// "worker 0 (node 9)"; a group or other id reads "node <id>".
+func DescribeID(id int) string {
+	role, ok := RoleOfID(id)
+	switch {
+	case !ok:
+		return fmt.Sprintf("node %d", id)
+	case role == RoleScheduler:
+		return "scheduler (node 1)"
+	}
+	return fmt.Sprintf("%s %d (node %d)", role, IDToRank(id), id)
+}
+
 // IsGroup reports whether id names a group (1..7) rather than one node.
 func IsGroup(id int) bool { return id >= 1 && id <= 7 }
 
@@ -54,9 +87,9 @@ func GroupMembers(id, numServers, numWorkers int) ([]int, error) {
 			ids = append(ids, Scheduler)
 		}
 		return ids, nil
-	case id%2 == 0 && IDToRank(id) < numServers:
+	case IsServerID(id) && IDToRank(id) < numServers:
 		return []int{id}, nil
-	case id%2 == 1 && IDToRank(id) < numWorkers:
+	case IsWorkerID(id) && IDToRank(id) < numWorkers:
 		return []int{id}, nil
 	}
 	return nil, fmt.Errorf("node id %d is not in a job of %d servers and %d workers", id, numServers, numWorkers)
