@@ -1,0 +1,314 @@
+package control
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gopslite/pslite/message"
+)
+
+const empty = message.Empty
+
+// Defaults for the Config fields left zero.
+const (
+	DefaultConnGrace      = time.Second
+	DefaultConnectTimeout = 10 * time.Second
+)
+
+// Config describes the node a Core runs and the job it belongs to.
+type Config struct {
+	Role       message.Role
+	NumServers int
+	NumWorkers int
+	// SchedulerHost and SchedulerPort are the scheduler's address
+	// (DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT).
+	SchedulerHost string
+	SchedulerPort int
+	// Host and Port are the address this node announces (a scheduler's are
+	// SchedulerHost and SchedulerPort); Port is the one bound.
+	Host string
+	Port int
+	// HeartbeatInterval, when positive, makes a server or worker send a
+	// heartbeat to the scheduler this often, and turns on the detection of
+	// silent nodes.
+	HeartbeatInterval time.Duration
+	// HeartbeatTimeout is how long a node may stay silent, with heartbeats
+	// on, before it counts as dead. It must exceed HeartbeatInterval.
+	HeartbeatTimeout time.Duration
+	// ConnEvents says that the transport reports connections going down and
+	// up (Core.Connection). Without it only heartbeats detect dead nodes.
+	ConnEvents bool
+	// ConnGrace is how long a connection that dropped may stay down before
+	// the peer counts as dead (default DefaultConnGrace): a live peer's
+	// connection comes back sooner.
+	ConnGrace time.Duration
+	// ConnectTimeout is how long a new connection may take to come up
+	// (default DefaultConnectTimeout).
+	ConnectTimeout time.Duration
+	// RecoveryWait is how long the scheduler waits, after a server or worker
+	// is declared dead, for a replacement to take its place before it
+	// declares the job failed. Zero fails the job at once (a replacement
+	// already waiting still takes the place).
+	RecoveryWait time.Duration
+	// NextTimestamp returns the timestamp of each message the core makes;
+	// nil numbers them from 0.
+	NextTimestamp func() int32
+	// Log receives the core's account of what it decides.
+	Log zerolog.Logger
+}
+
+func (cfg *Config) check() error {
+	var errs []error
+	if cfg.NumServers <= 0 || cfg.NumWorkers <= 0 {
+		errs = append(errs, fmt.Errorf("need at least one server and one worker (have %d servers, %d workers)", cfg.NumServers, cfg.NumWorkers))
+	}
+	if cfg.Role != message.RoleScheduler && cfg.Role != message.RoleServer && cfg.Role != message.RoleWorker {
+		errs = append(errs, fmt.Errorf("invalid role %v", cfg.Role))
+	}
+	if cfg.SchedulerHost == "" || cfg.SchedulerPort <= 0 || cfg.SchedulerPort > 65535 {
+		errs = append(errs, fmt.Errorf("invalid scheduler address %q:%d", cfg.SchedulerHost, cfg.SchedulerPort))
+	}
+	if cfg.HeartbeatInterval < 0 || cfg.HeartbeatTimeout < 0 || cfg.RecoveryWait < 0 || cfg.ConnGrace < 0 || cfg.ConnectTimeout < 0 {
+		errs = append(errs, errors.New("negative durations"))
+	}
+	if cfg.HeartbeatInterval > 0 && cfg.HeartbeatTimeout <= cfg.HeartbeatInterval {
+		errs = append(errs, fmt.Errorf("heartbeat timeout %v must exceed the heartbeat interval %v", cfg.HeartbeatTimeout, cfg.HeartbeatInterval))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("control: %w", errors.Join(errs...))
+	}
+	if cfg.ConnGrace == 0 {
+		cfg.ConnGrace = DefaultConnGrace
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
+	return nil
+}
+
+// Phase is where a node is in its life.
+type Phase int
+
+// Phases, in the order a node goes through them.
+const (
+	// PhaseIdle: not started.
+	PhaseIdle Phase = iota
+	// PhaseJoining: registering with the scheduler (a scheduler: waiting
+	// for the job to fill up).
+	PhaseJoining
+	// PhaseReady: the node has its id and its peers.
+	PhaseReady
+	// PhaseDone: the node passed its final barrier or left; faults no
+	// longer matter to it.
+	PhaseDone
+	// PhaseFailed: the job failed (Core.Err says why).
+	PhaseFailed
+)
+
+var phaseNames = [...]string{"idle", "joining", "ready", "done", "failed"}
+
+func (p Phase) String() string {
+	if p >= 0 && int(p) < len(phaseNames) {
+		return phaseNames[p]
+	}
+	return fmt.Sprintf("phase(%d)", int(p))
+}
+
+// OutputKind says what an Output asks the van to do.
+type OutputKind int
+
+// Output kinds.
+const (
+	// Send Msg (to Msg.Meta.Recver), without waiting: the van must never
+	// block on it.
+	Send OutputKind = iota + 1
+	// Connect to Node (its ID, Hostname and Port), presenting Identity (none
+	// when empty); it replaces any connection to that id.
+	Connect
+	// Disconnect from node ID.
+	Disconnect
+	// Notify the node's user of Event.
+	Notify
+)
+
+// Output is one thing the van must do, in order.
+type Output struct {
+	Kind     OutputKind
+	Msg      *message.Message // Send
+	Node     message.Node     // Connect
+	Identity string           // Connect
+	ID       int              // Disconnect
+	Event    Event            // Notify
+}
+
+// EventType says what an Event reports.
+type EventType int
+
+// Event types.
+const (
+	// EventReady: the node has joined the job; Node is the node itself,
+	// with its id.
+	EventReady EventType = iota + 1
+	// EventBarrierDone: the scheduler released a barrier; Msg is the
+	// release.
+	EventBarrierDone
+	// EventPeerDown: the connection to server or worker ID dropped (seen by
+	// a server or worker).
+	EventPeerDown
+	// EventPeerUp: the connection to server or worker ID is up again.
+	EventPeerUp
+	// EventNodeDead: the scheduler declared node ID dead (Err says how).
+	EventNodeDead
+	// EventNodeBack: a node declared dead was heard from again before it
+	// was replaced.
+	EventNodeBack
+	// EventNodeReplaced: Node took the id of a dead node.
+	EventNodeReplaced
+	// EventFailed: the job failed; Err says why.
+	EventFailed
+)
+
+var eventNames = [...]string{"", "ready", "barrier-done", "peer-down", "peer-up", "node-dead", "node-back", "node-replaced", "failed"}
+
+func (t EventType) String() string {
+	if t > 0 && int(t) < len(eventNames) {
+		return eventNames[t]
+	}
+	return fmt.Sprintf("event(%d)", int(t))
+}
+
+// Event is something the node's user is told.
+type Event struct {
+	Type EventType
+	ID   int
+	Node message.Node
+	Msg  *message.Message
+	Err  error
+}
+
+// Core is one node's control protocol. It is not safe for concurrent use:
+// the van calls it under a mutex.
+type Core struct {
+	cfg   Config
+	log   zerolog.Logger
+	phase Phase
+	err   error
+	me    message.Node
+	sched message.Node
+	ts    int32 // for NextTimestamp == nil
+
+	startedAt  time.Time
+	lastBeat   time.Time // last heartbeat sent
+	finalizing bool
+
+	peers     map[int]*peer  // by process id; see peer
+	connected map[int]string // id -> address of each connection made
+
+	// The scheduler's.
+	registered  []message.Node         // ADD_NODE requests until the job is full, then the node list
+	byAddr      map[string]int         // host:port -> process id
+	shared      map[int]int            // id -> process id, for the other customers of a process
+	barriers    [8]map[barrierKey]bool // barrier requests counted per group
+	lastBarrier [8]*message.Message    // the last request counted per group
+	waiting     []waiter
+}
+
+// New returns the core of the node cfg describes.
+func New(cfg Config) (*Core, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	c := &Core{
+		cfg:       cfg,
+		log:       cfg.Log,
+		peers:     map[int]*peer{},
+		connected: map[int]string{},
+		byAddr:    map[string]int{},
+		shared:    map[int]int{},
+	}
+	c.sched = message.Node{Role: message.RoleScheduler, ID: message.Scheduler, Hostname: cfg.SchedulerHost, Port: int32(cfg.SchedulerPort)}
+	if cfg.Role == message.RoleScheduler {
+		c.me = c.sched
+	} else {
+		c.me = message.Node{Role: cfg.Role, ID: empty, Hostname: cfg.Host, Port: int32(cfg.Port)}
+	}
+	for g := range c.barriers {
+		c.barriers[g] = map[barrierKey]bool{}
+	}
+	return c, nil
+}
+
+// Phase returns where the node is.
+func (c *Core) Phase() Phase { return c.phase }
+
+// Err returns why the job failed, or nil.
+func (c *Core) Err() error { return c.err }
+
+// Me returns this node; its ID is message.Empty until the node is ready.
+func (c *Core) Me() message.Node { return c.me }
+
+// IsScheduler reports whether this is the scheduler's core.
+func (c *Core) IsScheduler() bool { return c.cfg.Role == message.RoleScheduler }
+
+func (c *Core) heartbeats() bool { return c.cfg.HeartbeatInterval > 0 }
+
+func (c *Core) nextTS() int32 {
+	if c.cfg.NextTimestamp != nil {
+		return c.cfg.NextTimestamp()
+	}
+	ts := c.ts
+	c.ts++
+	return ts
+}
+
+// out collects the outputs of one call.
+type out []Output
+
+func (o *out) send(m *message.Message) { *o = append(*o, Output{Kind: Send, Msg: m}) }
+
+func (o *out) notify(e Event) { *o = append(*o, Output{Kind: Notify, Event: e}) }
+
+// connect asks for a connection to n and starts watching it come up.
+func (c *Core) connect(o *out, n message.Node, now time.Time) {
+	ident := ""
+	if c.me.ID != empty {
+		ident = Identity(int(c.me.ID))
+	}
+	*o = append(*o, Output{Kind: Connect, Node: n, Identity: ident})
+	if p := c.peers[int(n.ID)]; p != nil {
+		p.connUp, p.everUp, p.downSince = false, false, now
+	}
+}
+
+// Identity returns the socket identity of node id: "ps<id>".
+func Identity(id int) string { return fmt.Sprintf("ps%d", id) }
+
+// Step handles a received control message. The van has set
+// msg.Meta.Sender from the sender's identity.
+func (c *Core) Step(msg *message.Message, now time.Time) []Output {
+	if c.phase == PhaseIdle {
+		return nil
+	}
+	var o out
+	switch msg.Meta.Control.Cmd {
+	case message.CmdAddNode:
+		if c.IsScheduler() {
+			c.register(&o, msg, now)
+		} else {
+			c.nodeList(&o, msg, now)
+		}
+	case message.CmdBarrier:
+		c.barrier(&o, msg, now)
+	case message.CmdHeartbeat:
+		c.heartbeat(&o, msg, now)
+	case message.CmdAck, message.CmdTerminate:
+		// Resending is off here (ACKs need no answer); the van handles
+		// its own TERMINATE.
+	default:
+		c.log.Warn().Str("msg", msg.String()).Msg("dropping a control message of unknown type")
+	}
+	return o
+}

@@ -1,0 +1,342 @@
+package control
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/gopslite/pslite/message"
+)
+
+// Joining a job: registration with the scheduler, the assignment of ids,
+// and the replacement of dead nodes.
+
+// waiter is a node that asked to join a full job, waiting for a node of its
+// role to be declared dead.
+type waiter struct {
+	node  message.Node
+	since time.Time
+}
+
+// maxWaiting bounds the waiting list.
+const maxWaiting = 64
+
+// SetPort records the port this node bound, before Start.
+func (c *Core) SetPort(port int) {
+	if !c.IsScheduler() {
+		c.me.Port = int32(port)
+	}
+}
+
+// Start begins joining the job: the first output connects to the
+// scheduler (a scheduler connects to itself, as C++ ps-lite does).
+func (c *Core) Start(now time.Time) []Output {
+	if c.phase != PhaseIdle {
+		return nil
+	}
+	c.phase = PhaseJoining
+	c.startedAt = now
+	var o out
+	if c.IsScheduler() {
+		o = append(o, Output{Kind: Connect, Node: c.sched, Identity: Identity(message.Scheduler)})
+		return o
+	}
+	c.peers[message.Scheduler] = &peer{node: c.sched, lastHeard: now, downSince: now}
+	o = append(o, Output{Kind: Connect, Node: c.sched})
+	return o
+}
+
+// Register asks the scheduler to admit customer customerID of this
+// process (a process with several customers registers each).
+func (c *Core) Register(customerID int, now time.Time) []Output {
+	if c.IsScheduler() || c.phase != PhaseJoining {
+		return nil
+	}
+	me := c.me
+	me.CustomerID = int32(customerID)
+	msg := message.New()
+	msg.Meta.Recver = message.Scheduler
+	msg.Meta.Control.Cmd = message.CmdAddNode
+	msg.Meta.Control.Nodes = []message.Node{me}
+	msg.Meta.Timestamp = c.nextTS()
+	var o out
+	o.send(msg)
+	return o
+}
+
+// nodeList takes the scheduler's list of nodes: this node's id, then the
+// peers to connect to.
+func (c *Core) nodeList(o *out, msg *message.Message, now time.Time) {
+	if msg.Meta.Sender != message.Scheduler {
+		c.log.Warn().Str("msg", msg.String()).Msg("dropping ADD_NODE not sent by the scheduler")
+		return
+	}
+	if c.phase != PhaseJoining && c.phase != PhaseReady {
+		return
+	}
+	nodes := msg.Meta.Control.Nodes
+	if c.me.ID == empty {
+		for _, n := range nodes {
+			if n.Hostname != c.me.Hostname || n.Port != c.me.Port {
+				continue
+			}
+			if n.ID == empty || n.Role != c.me.Role || !validID(int(n.ID), n.Role) {
+				c.log.Warn().Str("msg", msg.String()).Msg("dropping ADD_NODE that assigns no valid id")
+				return
+			}
+			c.me.ID = n.ID
+			c.me.IsRecovery = n.IsRecovery
+			c.log.Info().Str("node", c.me.String()).Msg("assigned id")
+			break
+		}
+		if c.me.ID == empty {
+			c.log.Warn().Str("msg", msg.String()).Msg("ADD_NODE does not list this node; ignoring it")
+			return
+		}
+	}
+	for _, n := range nodes {
+		id := int(n.ID)
+		if n.ID == empty || id <= 0 {
+			continue
+		}
+		if id == message.Scheduler {
+			if _, ok := c.connected[id]; !ok {
+				// Reconnect to the scheduler, now with this node's identity.
+				c.connected[id] = n.Addr()
+				c.connect(o, c.sched, now)
+			}
+			continue
+		}
+		if !validID(id, n.Role) {
+			continue
+		}
+		if n.Role == c.me.Role && n.ID != c.me.ID {
+			continue // workers do not talk to workers, nor servers to servers
+		}
+		if old, ok := c.connected[id]; ok && old == n.Addr() && !n.IsRecovery {
+			continue
+		}
+		c.connected[id] = n.Addr()
+		c.connect(o, n, now)
+		if c.phase == PhaseReady && n.IsRecovery {
+			o.notify(Event{Type: EventNodeReplaced, ID: id, Node: n})
+		}
+	}
+	if c.phase == PhaseJoining {
+		c.phase = PhaseReady
+		if p := c.peers[message.Scheduler]; p != nil {
+			p.lastHeard = now
+		}
+		c.lastBeat = now
+		o.notify(Event{Type: EventReady, Node: c.me})
+	}
+}
+
+// validID reports whether id can be a node of the role.
+func validID(id int, role message.Role) bool {
+	r, ok := message.RoleOfID(id)
+	return ok && r == role
+}
+
+// register handles an ADD_NODE at the scheduler.
+func (c *Core) register(o *out, msg *message.Message, now time.Time) {
+	if msg.Meta.Sender != empty {
+		c.log.Warn().Str("msg", msg.String()).Msg("dropping ADD_NODE from a node that already has an id")
+		return
+	}
+	if len(msg.Meta.Control.Nodes) != 1 {
+		c.log.Warn().Str("msg", msg.String()).Msg("dropping ADD_NODE that does not carry exactly one node")
+		return
+	}
+	n := msg.Meta.Control.Nodes[0]
+	if n.Role != message.RoleServer && n.Role != message.RoleWorker || n.Port <= 0 || n.Hostname == "" {
+		c.log.Warn().Str("msg", msg.String()).Msg("dropping ADD_NODE for an invalid node")
+		return
+	}
+	n.ID, n.IsRecovery = empty, false
+	switch c.phase {
+	case PhaseJoining:
+		total := c.cfg.NumServers + c.cfg.NumWorkers
+		c.registered = append(c.registered, n)
+		c.log.Info().Str("node", n.String()).Int("have", len(c.registered)).Int("want", total).Msg("node registered")
+		if len(c.registered) == total {
+			c.assignIDs(o, now)
+		}
+	case PhaseReady:
+		if id, ok := c.byAddr[n.Addr()]; ok && c.peers[id] != nil {
+			if !c.peers[id].dead && !c.peers[id].left {
+				c.log.Debug().Str("node", n.String()).Msg("another customer of a process in the job registered")
+				return
+			}
+			if c.peers[id].node.Role == n.Role {
+				c.replace(o, id, n, now) // restarted on the same address
+				return
+			}
+		}
+		c.recoverOrWait(o, n, now)
+	default:
+		c.log.Warn().Str("node", n.String()).Str("phase", c.phase.String()).Msg("refusing ADD_NODE: the job is over")
+	}
+}
+
+// assignIDs gives every registered node an id, in order of host and port,
+// connects to them and sends each the full list.
+func (c *Core) assignIDs(o *out, now time.Time) {
+	nodes := c.registered
+	slices.SortStableFunc(nodes, func(a, b message.Node) int {
+		if a.Hostname != b.Hostname {
+			if a.Hostname < b.Hostname {
+				return -1
+			}
+			return 1
+		}
+		return int(a.Port) - int(b.Port)
+	})
+	servers, workers := 0, 0
+	for i := range nodes {
+		n := &nodes[i]
+		var id int
+		if n.Role == message.RoleServer {
+			id = message.ServerRankToID(servers)
+			servers++
+		} else {
+			id = message.WorkerRankToID(workers)
+			workers++
+		}
+		if first, ok := c.byAddr[n.Addr()]; ok {
+			// Another customer of a process already registered: it shares
+			// that process's id and sockets.
+			c.shared[id] = first
+			n.ID = int32(first)
+			continue
+		}
+		n.ID = int32(id)
+		c.byAddr[n.Addr()] = id
+		c.peers[id] = &peer{node: *n, lastHeard: now}
+		c.connect(o, *n, now)
+	}
+	c.registered = append(nodes, c.me)
+	for _, id := range c.members(message.ServerGroup + message.WorkerGroup) {
+		if _, shared := c.shared[id]; !shared {
+			c.sendNodes(o, id, c.registered)
+		}
+	}
+	c.log.Info().Int("servers", servers).Int("workers", workers).Msg("all nodes registered")
+	c.phase = PhaseReady
+	o.notify(Event{Type: EventReady, Node: c.me})
+}
+
+func (c *Core) sendNodes(o *out, id int, nodes []message.Node) {
+	msg := message.New()
+	msg.Meta.Recver = int32(id)
+	msg.Meta.Control.Cmd = message.CmdAddNode
+	msg.Meta.Control.Nodes = slices.Clone(nodes)
+	msg.Meta.Timestamp = c.nextTS()
+	o.send(msg)
+}
+
+func (c *Core) members(group int) []int {
+	ids, _ := message.GroupMembers(group, c.cfg.NumServers, c.cfg.NumWorkers)
+	return ids
+}
+
+// process returns the process id of node id (itself unless it is another
+// customer of a multi-customer process).
+func (c *Core) process(id int) int {
+	if p, ok := c.shared[id]; ok {
+		return p
+	}
+	return id
+}
+
+// recoverOrWait lets n take the id of a dead node of its role, or puts it
+// on the waiting list until one is declared dead (a restarted process often
+// registers before its predecessor is found dead).
+func (c *Core) recoverOrWait(o *out, n message.Node, now time.Time) {
+	if id := c.deadOfRole(n.Role); id != 0 {
+		c.replace(o, id, n, now)
+		return
+	}
+	for i, w := range c.waiting {
+		if w.node.Addr() == n.Addr() {
+			c.waiting[i].node = n
+			return
+		}
+	}
+	if len(c.waiting) >= maxWaiting {
+		c.log.Warn().Str("node", n.String()).Msg("refusing ADD_NODE: the job is full and too many nodes wait to replace a dead one")
+		return
+	}
+	c.log.Info().Str("node", n.String()).Msg("the job is full: the node waits until a node of its role is declared dead")
+	c.waiting = append(c.waiting, waiter{node: n, since: now})
+}
+
+// deadOfRole returns the lowest id of a dead or departed, unreplaced node
+// of the role, or 0: a place a newcomer can take.
+func (c *Core) deadOfRole(role message.Role) int {
+	best := 0
+	for id, p := range c.peers {
+		if (p.dead || p.left) && p.node.Role == role && (best == 0 || id < best) {
+			best = id
+		}
+	}
+	return best
+}
+
+// replace gives the dead node id's place to n and tells everyone.
+func (c *Core) replace(o *out, id int, n message.Node, now time.Time) {
+	old := c.peers[id]
+	n.ID = int32(id)
+	n.IsRecovery = true
+	c.log.Warn().Str("dead", old.node.String()).Str("new", n.String()).Msg("replacing a dead node")
+	delete(c.byAddr, old.node.Addr())
+	c.byAddr[n.Addr()] = id
+	c.peers[id] = &peer{node: n, lastHeard: now}
+	for i := range c.registered {
+		// Every customer of the process: they share its id.
+		if int(c.registered[i].ID) == id {
+			c.registered[i].Hostname, c.registered[i].Port = n.Hostname, n.Port
+			c.registered[i].IsRecovery = true
+		}
+	}
+	c.connect(o, n, now)
+	for _, m := range c.members(message.ServerGroup + message.WorkerGroup) {
+		if _, shared := c.shared[m]; shared {
+			continue
+		}
+		switch {
+		case m == id:
+			c.sendNodes(o, m, c.registered)
+		case c.peers[m] != nil && !c.peers[m].dead:
+			c.sendNodes(o, m, []message.Node{n})
+		}
+	}
+	for i := range c.registered {
+		c.registered[i].IsRecovery = false
+	}
+	o.notify(Event{Type: EventNodeReplaced, ID: id, Node: n})
+}
+
+// RegistrationStatus says, at the scheduler, which nodes have registered
+// and how many of each role are missing.
+func (c *Core) RegistrationStatus() string {
+	servers, workers := 0, 0
+	var seen []string
+	for _, n := range c.registered {
+		switch n.Role {
+		case message.RoleServer:
+			servers++
+		case message.RoleWorker:
+			workers++
+		default:
+			continue
+		}
+		seen = append(seen, fmt.Sprintf("%s %s", n.Role, n.Addr()))
+	}
+	list := "none"
+	if len(seen) > 0 {
+		list = fmt.Sprint(seen)
+	}
+	return fmt.Sprintf("missing %d of %d servers and %d of %d workers (registered: %s)",
+		c.cfg.NumServers-servers, c.cfg.NumServers, c.cfg.NumWorkers-workers, c.cfg.NumWorkers, list)
+}

@@ -1,0 +1,250 @@
+package control
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/gopslite/pslite/message"
+)
+
+// Liveness: heartbeats, connection events, the detection of dead nodes,
+// and the failure of a job.
+
+// peer is what a core knows of another node: the scheduler knows every
+// server and worker process; a server or worker knows the scheduler.
+type peer struct {
+	node      message.Node
+	lastHeard time.Time // last heartbeat (or other control message)
+	connUp    bool      // the connection is up
+	everUp    bool      // the current connection has been up
+	downSince time.Time // since when the connection is down or being made; zero while up
+	dead      bool
+	deadSince time.Time
+	cause     string // how it was found dead
+	left      bool   // it announced that it stops
+}
+
+// heartbeat handles a HEARTBEAT: liveness, the scheduler's answer, and
+// notices.
+func (c *Core) heartbeat(o *out, msg *message.Message, now time.Time) {
+	kind, text, isNotice := ParseNotice(msg)
+	sender := int(msg.Meta.Sender)
+	if !c.IsScheduler() {
+		if sender != message.Scheduler {
+			c.log.Debug().Str("msg", msg.String()).Msg("dropping a heartbeat not sent by the scheduler")
+			return
+		}
+		if p := c.peers[message.Scheduler]; p != nil {
+			p.lastHeard = now
+		}
+		if isNotice && kind == NoticeAbort {
+			c.fail(o, &AbortError{Reason: text})
+		}
+		return
+	}
+	p := c.peers[c.process(sender)]
+	if p == nil {
+		c.log.Debug().Str("msg", msg.String()).Msg("dropping a heartbeat from a node not in the job")
+		return
+	}
+	p.lastHeard = now
+	if isNotice && kind == NoticeLeave {
+		c.log.Info().Str("node", p.node.String()).Msg("node leaves the job")
+		p.left = true
+		for g := 1; g < len(c.barriers); g++ {
+			c.checkBarrier(o, g)
+		}
+		return
+	}
+	if c.phase == PhaseFailed {
+		// It missed the abort (it was stopped or cut off): say it again.
+		o.send(NewNotice(sender, NoticeAbort, c.err.Error(), c.nextTS()))
+		return
+	}
+	c.revive(o, p)
+	ack := message.New()
+	ack.Meta.Recver = int32(sender)
+	ack.Meta.Control.Cmd = message.CmdHeartbeat
+	ack.Meta.Control.Nodes = []message.Node{c.me}
+	ack.Meta.Timestamp = c.nextTS()
+	o.send(ack)
+}
+
+// revive takes back the death of p, heard from again before it was
+// replaced or the job failed.
+func (c *Core) revive(o *out, p *peer) {
+	if !p.dead || c.phase != PhaseReady {
+		return
+	}
+	p.dead = false
+	c.log.Warn().Str("node", p.node.String()).Msg("a node declared dead is back")
+	o.notify(Event{Type: EventNodeBack, ID: int(p.node.ID), Node: p.node})
+}
+
+// Connection reports that the connection to node id went down or came up.
+func (c *Core) Connection(id int, up bool, now time.Time) []Output {
+	var o out
+	if c.phase != PhaseJoining && c.phase != PhaseReady || id == int(c.me.ID) {
+		return nil
+	}
+	if p := c.peers[id]; p != nil && (c.IsScheduler() || id == message.Scheduler) {
+		if up {
+			p.connUp, p.everUp, p.downSince = true, true, time.Time{}
+			c.revive(&o, p)
+		} else if p.connUp || p.downSince.IsZero() {
+			p.connUp, p.downSince = false, now
+		}
+		return o
+	}
+	if !c.IsScheduler() && c.phase == PhaseReady && id != message.Scheduler {
+		if _, ok := c.connected[id]; ok {
+			if up {
+				o.notify(Event{Type: EventPeerUp, ID: id})
+			} else {
+				o.notify(Event{Type: EventPeerDown, ID: id})
+			}
+		}
+	}
+	return o
+}
+
+// Tick lets time pass: heartbeats are sent and silent or disconnected
+// nodes found dead.
+func (c *Core) Tick(now time.Time) []Output {
+	if c.phase != PhaseReady {
+		return nil
+	}
+	var o out
+	if c.IsScheduler() {
+		c.checkMembers(&o, now)
+		return o
+	}
+	if c.heartbeats() && now.Sub(c.lastBeat) >= c.cfg.HeartbeatInterval {
+		c.lastBeat = now
+		msg := message.New()
+		msg.Meta.Recver = message.Scheduler
+		msg.Meta.Control.Cmd = message.CmdHeartbeat
+		msg.Meta.Control.Nodes = []message.Node{c.me}
+		msg.Meta.Timestamp = c.nextTS()
+		o.send(msg)
+	}
+	if p := c.peers[message.Scheduler]; p != nil {
+		if cause := c.lost(p, now); cause != "" {
+			p.dead, p.deadSince, p.cause = true, now, cause
+			c.fail(&o, &NodeLostError{Node: c.sched, Cause: cause})
+		}
+	}
+	return o
+}
+
+// lost says how p is lost, or "" while it looks alive.
+func (c *Core) lost(p *peer, now time.Time) string {
+	if c.heartbeats() && now.Sub(p.lastHeard) > c.cfg.HeartbeatTimeout {
+		return fmt.Sprintf("nothing heard from it for %v (PS_HEARTBEAT_TIMEOUT)", c.cfg.HeartbeatTimeout)
+	}
+	if !c.cfg.ConnEvents || p.connUp || p.downSince.IsZero() {
+		return ""
+	}
+	switch {
+	case p.everUp && now.Sub(p.downSince) >= c.cfg.ConnGrace:
+		return "its connection closed (its process exited)"
+	case !p.everUp && now.Sub(p.downSince) >= c.cfg.ConnectTimeout:
+		return fmt.Sprintf("could not connect to it within %v", c.cfg.ConnectTimeout)
+	}
+	return ""
+}
+
+// checkMembers finds dead servers and workers, gives their places to nodes
+// waiting for one, and fails the job when a place stays empty past
+// RecoveryWait.
+func (c *Core) checkMembers(o *out, now time.Time) {
+	ids := make([]int, 0, len(c.peers))
+	for id := range c.peers {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		p := c.peers[id]
+		if p.dead || p.left {
+			continue
+		}
+		if cause := c.lost(p, now); cause != "" {
+			p.dead, p.deadSince, p.cause = true, now, cause
+			c.log.Warn().Str("node", p.node.String()).Str("cause", cause).Msg("node declared dead")
+			o.notify(Event{Type: EventNodeDead, ID: id, Node: p.node, Err: &NodeLostError{Node: p.node, Cause: cause}})
+		}
+	}
+	// Waiting nodes take the places of dead ones, first come first served;
+	// those that waited too long are dropped.
+	ttl := max(60*time.Second, 2*c.cfg.HeartbeatTimeout)
+	waiting := c.waiting[:0]
+	for _, w := range c.waiting {
+		if id := c.deadOfRole(w.node.Role); id != 0 {
+			c.replace(o, id, w.node, now)
+			continue
+		}
+		if now.Sub(w.since) > ttl {
+			c.log.Warn().Str("node", w.node.String()).Dur("waited", now.Sub(w.since)).Msg("refusing ADD_NODE: no node of its role died")
+			continue
+		}
+		waiting = append(waiting, w)
+	}
+	c.waiting = waiting
+	for _, id := range ids {
+		p := c.peers[id]
+		if p.dead && now.Sub(p.deadSince) >= c.cfg.RecoveryWait {
+			c.fail(o, &NodeLostError{Node: p.node, Cause: p.cause,
+				Outcome: fmt.Sprintf("no replacement joined within %v (PS_RECOVERY_WAIT)", c.cfg.RecoveryWait)})
+			return
+		}
+	}
+}
+
+// fail ends the job with err. The scheduler tells every server and worker
+// why.
+func (c *Core) fail(o *out, err error) {
+	if c.phase == PhaseFailed || c.phase == PhaseDone {
+		return
+	}
+	c.phase = PhaseFailed
+	c.err = err
+	c.log.Error().Err(err).Msg("the job failed")
+	if c.IsScheduler() {
+		for _, id := range c.members(message.ServerGroup + message.WorkerGroup) {
+			if _, shared := c.shared[id]; shared {
+				continue
+			}
+			o.send(NewNotice(id, NoticeAbort, err.Error(), c.nextTS()))
+		}
+	}
+	o.notify(Event{Type: EventFailed, Err: err})
+}
+
+// DeadNodes returns the nodes not heard from within timeout or found dead:
+// at the scheduler, servers and workers; elsewhere, the scheduler. Only
+// nodes found dead count when heartbeats are off. A timeout of 0 reports
+// none.
+func (c *Core) DeadNodes(timeout time.Duration, now time.Time) []int {
+	if timeout <= 0 || c.phase < PhaseReady {
+		return nil
+	}
+	var ids []int
+	if c.IsScheduler() {
+		ids = c.members(message.ServerGroup + message.WorkerGroup)
+	} else {
+		ids = []int{message.Scheduler}
+	}
+	var dead []int
+	for _, id := range ids {
+		p := c.peers[c.process(id)]
+		if p == nil || p.left {
+			continue
+		}
+		silent := c.heartbeats() && now.Sub(p.lastHeard) > timeout && now.Sub(c.startedAt) > timeout
+		if p.dead || silent {
+			dead = append(dead, id)
+		}
+	}
+	return dead
+}
