@@ -52,6 +52,12 @@ func StartPaused() Option {
 	return func(c *Customer) { c.resume = make(chan struct{}) }
 }
 
+// WithTimestamps makes the customer's requests draw their timestamps from
+// source, shared by the customers of a process (see NewSharedTracker).
+func WithTimestamps(source func() int32) Option {
+	return func(c *Customer) { c.tracker = NewSharedTracker(source) }
+}
+
 // New starts a customer that passes every accepted message to handle and
 // then, for responses, counts it against its request.
 func New(appID, customerID int, handle Handler, log zerolog.Logger, opts ...Option) *Customer {

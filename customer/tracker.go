@@ -21,6 +21,7 @@ const maxFailures = 4096
 type Tracker struct {
 	mu      sync.Mutex
 	next    int32
+	source  func() int32 // hands out timestamps; nil: next
 	pending map[int32]*request
 	// failed remembers errors of failed requests until someone waits on
 	// them; failOrder lists them oldest first for eviction past maxFailures.
@@ -51,6 +52,18 @@ func NewTracker() *Tracker {
 	return &Tracker{pending: make(map[int32]*request), failed: make(map[int32]failure)}
 }
 
+// NewSharedTracker returns an empty tracker that draws its timestamps from
+// source, which the trackers of every customer of a process share (with
+// the van's control messages), so that no two requests of the process carry
+// the same timestamp. With PS_RESEND that matters: a resend signature has
+// no customer id, so two customers' requests with one timestamp would look
+// like one message resent. source must return values in [0, MaxInt32).
+func NewSharedTracker(source func() int32) *Tracker {
+	t := NewTracker()
+	t.source = source
+	return t
+}
+
 // NewRequest starts tracking a request that expects the given number of
 // responses and returns its timestamp.
 func (t *Tracker) NewRequest(expected int) (int, error) {
@@ -58,9 +71,13 @@ func (t *Tracker) NewRequest(expected int) (int, error) {
 	defer t.mu.Unlock()
 	for tries := 0; tries < math.MaxInt32; tries++ {
 		ts := t.next
-		t.next++
-		if t.next == math.MaxInt32 { // MaxInt32 means "absent" on the wire
-			t.next = 0
+		if t.source != nil {
+			ts = t.source()
+		} else {
+			t.next++
+			if t.next == math.MaxInt32 { // MaxInt32 means "absent" on the wire
+				t.next = 0
+			}
 		}
 		if _, busy := t.pending[ts]; busy {
 			continue

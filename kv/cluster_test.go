@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -287,6 +288,108 @@ func TestSimpleAppOnKVServer(t *testing.T) {
 		t.Errorf("responses %v", bodies)
 	}
 	c.Finalize(t)
+}
+
+// Requests that reach a node before its SimpleApp exists are held, and the
+// handle set right after NewSimpleApp answers every one of them (none goes
+// to the default handle, and -race sees no race between the app being
+// built and its customer running).
+func TestHeldMessagesMeetTheHandle(t *testing.T) {
+	for round := 0; round < 20; round++ {
+		c := testcluster.New(t, 1, 1, testcluster.Options{Mem: true})
+		// Customer id = app id: a scheduler routes by app id alone (C++
+		// ps-lite's rule for non-workers).
+		sched, err := kv.NewSimpleApp(c.Scheduler, 3, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 10
+		var ts []int
+		for i := 0; i < n; i++ {
+			id, err := sched.Request(1, fmt.Sprint(i), c.Workers[0].MyID())
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts = append(ts, id)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for c.Workers[0].HeldMessages() < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d requests held", c.Workers[0].HeldMessages(), n)
+			}
+			runtime.Gosched()
+		}
+		app, err := kv.NewSimpleApp(c.Workers[0], 3, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A caller that takes its time to set the handle: not a
+		// synchronisation, the app must hold the requests whatever the gap.
+		time.Sleep(5 * time.Millisecond)
+		var handled atomic.Int32
+		app.SetRequestHandle(func(d kv.SimpleData, a *kv.SimpleApp) {
+			handled.Add(1)
+			a.Response(d, "mine")
+		})
+		var bodies []string
+		var mu sync.Mutex
+		sched.SetResponseHandle(func(d kv.SimpleData, _ *kv.SimpleApp) {
+			mu.Lock()
+			bodies = append(bodies, d.Body)
+			mu.Unlock()
+		})
+		for _, id := range ts {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := sched.WaitContext(ctx, id)
+			cancel()
+			if err != nil {
+				t.Fatalf("round %d: request %d: %v (handled %d, held %d)", round, id, err, handled.Load(), c.Workers[0].HeldMessages())
+			}
+		}
+		if handled.Load() != n || c.Workers[0].HeldMessages() != 0 {
+			t.Fatalf("round %d: the handle saw %d of %d held requests", round, handled.Load(), n)
+		}
+		mu.Lock()
+		for _, b := range bodies {
+			if b != "mine" {
+				t.Fatalf("round %d: a held request was answered by the default handle", round)
+			}
+		}
+		mu.Unlock()
+		c.Finalize(t)
+	}
+}
+
+// A SimpleApp that never sets a handle still answers with the default one
+// once its node finalizes, so a peer that waits on it before its own
+// Finalize is not stuck (as test_simple_app's scheduler does).
+func TestSimpleAppWithoutHandlesAnswersAtFinalize(t *testing.T) {
+	c := testcluster.New(t, 1, 1, testcluster.Options{Mem: true})
+	sched, _ := kv.NewSimpleApp(c.Scheduler, 3, 3)
+	if _, err := kv.NewSimpleApp(c.Workers[0], 3, 3); err != nil {
+		t.Fatal(err)
+	}
+	ts, err := sched.Request(1, "x", c.Workers[0].MyID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	finalized := make(chan error, 2)
+	for _, p := range []*postoffice.Postoffice{c.Workers[0], c.Servers[0]} {
+		go func() { finalized <- p.Finalize(context.Background(), 0, true) }()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := sched.WaitContext(ctx, ts); err != nil {
+		t.Fatalf("the request was never answered: %v", err)
+	}
+	if err := c.Scheduler.Finalize(ctx, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-finalized; err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func TestMultipleCustomersInOneProcess(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/gopslite/pslite/customer"
 	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/postoffice"
 )
@@ -38,7 +37,10 @@ type KVServer[V message.Value] struct {
 // SetRequestHandle is called wait for it.
 func NewKVServer[V message.Value](po *postoffice.Postoffice, appID int) (*KVServer[V], error) {
 	s := &KVServer[V]{SimpleApp: newSimpleApp(po)}
-	return s, s.register(appID, appID, s.process, customer.StartPaused())
+	if err := s.register(appID, appID, s.process); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // SetRequestHandle sets the function that answers KV requests, and starts
@@ -50,13 +52,17 @@ func (s *KVServer[V]) SetRequestHandle(h ReqHandle[V]) error {
 	s.mu.Lock()
 	s.handle = h
 	s.mu.Unlock()
-	s.cust.Resume()
+	s.resume()
 	return nil
 }
 
 // SetSimpleRequestHandle sets the function that answers SimpleApp requests.
 // Like KV requests, they are handled once SetRequestHandle has been called.
-func (s *KVServer[V]) SetSimpleRequestHandle(h SimpleHandle) { s.SimpleApp.SetRequestHandle(h) }
+func (s *KVServer[V]) SetSimpleRequestHandle(h SimpleHandle) {
+	if h != nil {
+		s.SimpleApp.reqHandle.Store(&h)
+	}
+}
 
 // Response answers req with res (keys, values and optional lens for a pull;
 // nothing for a push). It copies res, so the handle may reuse its slices at

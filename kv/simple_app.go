@@ -3,6 +3,7 @@ package kv
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/gopslite/pslite/customer"
 	"github.com/gopslite/pslite/message"
@@ -27,29 +28,39 @@ type SimpleHandle func(d SimpleData, app *SimpleApp)
 type SimpleApp struct {
 	po        *postoffice.Postoffice
 	cust      *customer.Customer
-	reqHandle SimpleHandle
-	resHandle SimpleHandle
+	reqHandle atomic.Pointer[SimpleHandle]
+	resHandle atomic.Pointer[SimpleHandle]
 }
 
-// NewSimpleApp registers a SimpleApp as customer (appID, customerID).
+// NewSimpleApp registers a SimpleApp as customer (appID, customerID). The
+// app holds the messages that reach it (also those that arrived before it
+// existed) until a handle is set, it sends a request, or the node
+// finalizes, so that the handles set right after NewSimpleApp see every
+// message.
 func NewSimpleApp(po *postoffice.Postoffice, appID, customerID int) (*SimpleApp, error) {
 	a := newSimpleApp(po)
-	return a, a.register(appID, customerID, a.process)
+	if err := a.register(appID, customerID, a.process); err != nil {
+		return nil, err
+	}
+	return a, nil
 }
 
 func newSimpleApp(po *postoffice.Postoffice) *SimpleApp {
-	return &SimpleApp{
-		po:        po,
-		reqHandle: func(d SimpleData, app *SimpleApp) { _ = app.Response(d, "") },
-		resHandle: func(SimpleData, *SimpleApp) {},
-	}
+	a := &SimpleApp{po: po}
+	a.SetRequestHandle(func(d SimpleData, app *SimpleApp) { _ = app.Response(d, "") })
+	a.SetResponseHandle(func(SimpleData, *SimpleApp) {})
+	return a
 }
 
+// register creates the app's customer, paused: the caller resumes it once
+// the app is complete (a.cust set, handlers in place), so that no message,
+// not even one held for the customer before it existed, meets a half-built
+// app.
 func (a *SimpleApp) register(appID, customerID int, h customer.Handler, opts ...customer.Option) error {
 	if a.po == nil {
 		return fmt.Errorf("kv: nil postoffice")
 	}
-	c, err := a.po.NewCustomer(appID, customerID, h, opts...)
+	c, err := a.po.NewCustomer(appID, customerID, h, append(opts, customer.StartPaused())...)
 	if err != nil {
 		return err
 	}
@@ -58,17 +69,27 @@ func (a *SimpleApp) register(appID, customerID int, h customer.Handler, opts ...
 }
 
 // SetRequestHandle sets the function that answers requests; it must call
-// Response (now or later) for each request.
+// Response (now or later) for each request. It may be called at any time.
 func (a *SimpleApp) SetRequestHandle(h SimpleHandle) {
 	if h != nil {
-		a.reqHandle = h
+		a.reqHandle.Store(&h)
+		a.resume()
 	}
 }
 
-// SetResponseHandle sets the function called for each response.
+// SetResponseHandle sets the function called for each response. It may be
+// called at any time.
 func (a *SimpleApp) SetResponseHandle(h SimpleHandle) {
 	if h != nil {
-		a.resHandle = h
+		a.resHandle.Store(&h)
+		a.resume()
+	}
+}
+
+// resume lets the app's customer handle messages (see NewSimpleApp).
+func (a *SimpleApp) resume() {
+	if a.cust != nil {
+		a.cust.Resume()
 	}
 }
 
@@ -89,6 +110,7 @@ func (a *SimpleApp) Request(head int, body string, recv int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	a.resume()
 	for _, id := range ids {
 		msg := message.New()
 		msg.Meta.Head = int32(head)
@@ -146,8 +168,8 @@ func (a *SimpleApp) process(msg *message.Message) {
 		CustomerID: int(msg.Meta.CustomerID),
 	}
 	if msg.Meta.Request {
-		a.reqHandle(d, a)
+		(*a.reqHandle.Load())(d, a)
 	} else {
-		a.resHandle(d, a)
+		(*a.resHandle.Load())(d, a)
 	}
 }

@@ -74,13 +74,14 @@ func NewKVWorker[V message.Value](po *postoffice.Postoffice, appID, customerID i
 		return nil, err
 	}
 	w.cust.SetNodeDownHandler(w.nodeDown)
+	w.cust.Resume()
 	return w, nil
 }
 
 // nodeDown fails the requests still waiting on server id.
 func (w *KVWorker[V]) nodeDown(id int) {
-	if id < 8 || id%2 != 0 {
-		return // not a server
+	if !message.IsServerID(id) {
+		return
 	}
 	rank := message.IDToRank(id)
 	var lost []int

@@ -10,6 +10,7 @@ import (
 	"github.com/gopslite/pslite/internal/testcluster"
 	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/postoffice"
+	"github.com/gopslite/pslite/van"
 )
 
 func TestClusterIDs(t *testing.T) {
@@ -92,7 +93,7 @@ func TestStartTimeout(t *testing.T) {
 
 func TestGetNodeIDs(t *testing.T) {
 	p, err := postoffice.New(postoffice.Config{Role: message.RoleWorker, NumServers: 2, NumWorkers: 3,
-		SchedulerHost: "127.0.0.1", SchedulerPort: 9, Host: "127.0.0.1"})
+		SchedulerHost: "127.0.0.1", SchedulerPort: 9, Host: "127.0.0.1"}, postoffice.WithTransport(van.NewMemNetwork().Transport()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,7 @@ func TestUnreachableSchedulerFailsAndFinalizes(t *testing.T) {
 	cfg := postoffice.Config{Role: message.RoleWorker, NumServers: 1, NumWorkers: 1,
 		SchedulerHost: "127.0.0.1", SchedulerPort: testcluster.FreePort(t), Host: "127.0.0.1",
 		StartTimeout: 300 * time.Millisecond}
-	p, err := postoffice.New(cfg)
+	p, err := postoffice.New(cfg, postoffice.WithTransport(van.NewMemNetwork().Transport()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,8 +37,16 @@ type Config struct {
 	Verbose int
 	// HeartbeatInterval is PS_HEARTBEAT_INTERVAL (seconds, 0 = off).
 	HeartbeatInterval time.Duration
-	// HeartbeatTimeout is PS_HEARTBEAT_TIMEOUT (seconds, default 60).
+	// HeartbeatTimeout is PS_HEARTBEAT_TIMEOUT (seconds, default 60): with
+	// heartbeats on, how long a node may stay silent before it counts as
+	// dead. It must exceed the interval.
 	HeartbeatTimeout time.Duration
+	// RecoveryWait is PS_RECOVERY_WAIT (seconds, default 5): how long the
+	// scheduler waits for a replacement of a dead server or worker before
+	// the job fails. Zero means the default; a negative value (from
+	// PS_RECOVERY_WAIT=0) fails the job as soon as a node is found dead
+	// (a replacement already waiting still takes its place).
+	RecoveryWait time.Duration
 	// DropRate is PS_DROP_MSG, the percentage of received messages dropped.
 	DropRate int
 	// StartTimeout bounds how long Start waits for the job to fill up
@@ -114,6 +122,13 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	c.Verbose = intVar("PS_VERBOSE", 0, 0, 100, false)
 	c.HeartbeatInterval = time.Duration(intVar("PS_HEARTBEAT_INTERVAL", 0, 0, 1<<20, false)) * time.Second
 	c.HeartbeatTimeout = time.Duration(intVar("PS_HEARTBEAT_TIMEOUT", 60, 0, 1<<20, false)) * time.Second
+	if c.HeartbeatInterval > 0 && c.HeartbeatTimeout <= c.HeartbeatInterval {
+		errs = append(errs, fmt.Sprintf("PS_HEARTBEAT_TIMEOUT (%v) must exceed PS_HEARTBEAT_INTERVAL (%v)", c.HeartbeatTimeout, c.HeartbeatInterval))
+	}
+	c.RecoveryWait = time.Duration(intVar("PS_RECOVERY_WAIT", 5, 0, 1<<20, false)) * time.Second
+	if c.RecoveryWait == 0 {
+		c.RecoveryWait = -1
+	}
 	c.DropRate = intVar("PS_DROP_MSG", 0, 0, 100, false)
 	c.StartTimeout = time.Duration(intVar("PS_START_TIMEOUT", 0, 0, 1<<20, false)) * time.Second
 	c.Resend = intVar("PS_RESEND", 0, 0, 1<<30, false) != 0

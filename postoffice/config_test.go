@@ -87,6 +87,7 @@ func TestConfigComplete(t *testing.T) {
 		SchedulerPort:    9091,
 		Host:             "10.9.9.9",
 		HeartbeatTimeout: 60 * time.Second,
+		RecoveryWait:     5 * time.Second,
 		SetRankEnv:       true,
 		ResendTimeout:    time.Second,
 		ResendMaxRetry:   20,
@@ -110,6 +111,7 @@ func TestConfigOptional(t *testing.T) {
 		"PS_RESEND", "1",
 		"PS_RESEND_TIMEOUT", "250",
 		"PS_RESEND_MAX_RETRY", "3",
+		"PS_RECOVERY_WAIT", "12",
 		"DMLC_PS_VAN_TYPE", "zmq",
 	))
 	checks := []struct {
@@ -128,6 +130,7 @@ func TestConfigOptional(t *testing.T) {
 		{"Resend", c.Resend, true},
 		{"ResendTimeout", c.ResendTimeout, 250 * time.Millisecond},
 		{"ResendMaxRetry", c.ResendMaxRetry, 3},
+		{"RecoveryWait", c.RecoveryWait, 12 * time.Second},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {
@@ -202,6 +205,7 @@ func TestConfigMalformedInts(t *testing.T) {
 		{"DMLC_LOCAL", "true"},
 		{"DMLC_USE_KUBERNETES", "yes"},
 		{"PS_START_TIMEOUT", "-3"},
+		{"PS_RECOVERY_WAIT", "-1"},
 	}
 	for _, c := range cases {
 		err := configErr(t, base().with(c[0], c[1]), c[0], c[1])
@@ -212,6 +216,18 @@ func TestConfigMalformedInts(t *testing.T) {
 	// Several problems are all reported.
 	configErr(t, base().with("DMLC_NUM_WORKER", "abc", "DMLC_PS_ROOT_PORT", "70000", "DMLC_ROLE", "boss"),
 		"DMLC_NUM_WORKER", "abc", "DMLC_PS_ROOT_PORT", "70000", "boss")
+}
+
+// A heartbeat timeout no longer than the interval would find every node
+// dead between two heartbeats.
+func TestConfigHeartbeatTimeoutExceedsInterval(t *testing.T) {
+	configErr(t, base().with("PS_HEARTBEAT_INTERVAL", "5", "PS_HEARTBEAT_TIMEOUT", "5"), "PS_HEARTBEAT_TIMEOUT", "PS_HEARTBEAT_INTERVAL")
+	// With heartbeats off the timeout does not matter.
+	mustConfig(t, base().with("PS_HEARTBEAT_INTERVAL", "0", "PS_HEARTBEAT_TIMEOUT", "0"))
+	// PS_RECOVERY_WAIT=0 fails a job as soon as a node is found dead.
+	if c := mustConfig(t, base().with("PS_RECOVERY_WAIT", "0")); c.RecoveryWait >= 0 {
+		t.Errorf("PS_RECOVERY_WAIT=0 gave %v", c.RecoveryWait)
+	}
 }
 
 func TestConfigTrimsSpace(t *testing.T) {

@@ -18,6 +18,10 @@ import (
 // maxPending bounds the messages held for customers that do not exist yet.
 const maxPending = 100000
 
+// DefaultRecoveryWait is how long the scheduler waits for a dead node's
+// replacement when Config.RecoveryWait is zero.
+const DefaultRecoveryWait = 5 * time.Second
+
 // ErrNotStarted is returned by calls that need a started node.
 var ErrNotStarted = errors.New("postoffice: not started")
 
@@ -27,10 +31,16 @@ type Option func(*options)
 type options struct {
 	transport van.Transport
 	logger    *zerolog.Logger
+	clock     van.Clock
 }
 
 // WithTransport makes the node use t instead of a ZeroMQ transport.
 func WithTransport(t van.Transport) Option { return func(o *options) { o.transport = t } }
+
+// WithClock makes the node's protocol timers (heartbeats, failure
+// detection, resends) run on c instead of the system clock: tests pass a
+// van.FakeClock.
+func WithClock(c van.Clock) Option { return func(o *options) { o.clock = c } }
 
 // WithLogger sets the logger; by default logs go to stderr at the level
 // Config.Verbose asks for.
@@ -84,21 +94,22 @@ func New(cfg Config, opts ...Option) (*Postoffice, error) {
 	}
 	tr := o.transport
 	if tr == nil {
-		zt, err := van.NewZMQTransport(van.ZMQOptions{
-			Local:     cfg.Local,
-			WaterMark: cfg.WaterMark,
-			BindAll:   cfg.Kubernetes && cfg.Role == message.RoleScheduler,
-			Curve:     cfg.Curve,
-			Log:       log,
-		})
+		t, err := defaultTransport(cfg, log)
 		if err != nil {
 			return nil, err
 		}
-		tr = zt
+		tr = t
 	}
 	host := cfg.Host
 	if cfg.Role == message.RoleScheduler {
 		host = cfg.SchedulerHost
+	}
+	recoveryWait := cfg.RecoveryWait
+	switch {
+	case recoveryWait == 0:
+		recoveryWait = DefaultRecoveryWait
+	case recoveryWait < 0:
+		recoveryWait = 0
 	}
 	v, err := van.New(van.Config{
 		Role:              cfg.Role,
@@ -111,11 +122,13 @@ func New(cfg Config, opts ...Option) (*Postoffice, error) {
 		BindRetries:       40,
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		HeartbeatTimeout:  cfg.HeartbeatTimeout,
+		RecoveryWait:      recoveryWait,
 		DropRate:          cfg.DropRate,
 		SetRankEnv:        cfg.SetRankEnv,
 		Resend:            cfg.Resend,
 		ResendTimeout:     cfg.ResendTimeout,
 		ResendMaxRetry:    cfg.ResendMaxRetry,
+		Clock:             o.clock,
 	}, tr, (*handler)(p), log)
 	if err != nil {
 		tr.Close()
@@ -168,14 +181,26 @@ func (p *Postoffice) Start(ctx context.Context, customerID int, doBarrier bool) 
 
 // Finalize leaves the job for customerID, after a barrier of all nodes when
 // doBarrier is set. Customer 0's Finalize stops the node: it stops the van,
-// runs the exit callbacks and stops the remaining customers.
+// runs the exit callbacks and stops the remaining customers. It never
+// hangs: the barrier ends with the job's failure, if the job fails, and
+// with ctx. It returns the failure of the job (naming the node lost), if
+// any.
 func (p *Postoffice) Finalize(ctx context.Context, customerID int, doBarrier bool) error {
+	// Customers still holding their messages (an app that never set a
+	// handle) answer now: a peer may wait on them before its barrier.
+	for _, c := range p.allCustomers() {
+		c.Resume()
+	}
 	var err error
 	if doBarrier && p.van.IsReady() {
+		if customerID == 0 {
+			p.van.Finalizing()
+		}
 		err = p.Barrier(ctx, customerID, message.AllGroup)
 	}
 	if customerID == 0 {
 		p.finalizeOnce.Do(func() {
+			p.van.Leave()
 			if e := p.van.Stop(); e != nil && err == nil {
 				err = e
 			}
@@ -186,17 +211,14 @@ func (p *Postoffice) Finalize(ctx context.Context, customerID int, doBarrier boo
 			for i := len(cbs) - 1; i >= 0; i-- {
 				cbs[i]()
 			}
-			p.mu.Lock()
-			custs := make([]*customer.Customer, 0, len(p.customers))
-			for _, c := range p.customers {
-				custs = append(custs, c)
-			}
-			p.mu.Unlock()
-			for _, c := range custs {
+			for _, c := range p.allCustomers() {
 				c.Tracker().FailAll(van.ErrStopped)
 				c.Stop()
 			}
 		})
+	}
+	if err == nil {
+		err = p.van.Err()
 	}
 	return err
 }
@@ -210,7 +232,8 @@ func (p *Postoffice) RegisterExitCallback(cb func()) {
 }
 
 // Barrier blocks until every node of group has called Barrier. The node must
-// belong to the group.
+// belong to the group. It returns the job's failure if the job fails first
+// (a node lost and not replaced), and ctx's error when ctx is done.
 func (p *Postoffice) Barrier(ctx context.Context, customerID, group int) error {
 	members, err := p.GetNodeIDs(group)
 	if err != nil {
@@ -218,6 +241,9 @@ func (p *Postoffice) Barrier(ctx context.Context, customerID, group int) error {
 	}
 	if len(members) <= 1 {
 		return nil
+	}
+	if err := p.van.Err(); err != nil {
+		return err
 	}
 	if !p.van.IsReady() {
 		return ErrNotStarted
@@ -228,24 +254,26 @@ func (p *Postoffice) Barrier(ctx context.Context, customerID, group int) error {
 	p.barrierMu.Lock()
 	ch := p.barrierCh
 	p.barrierMu.Unlock()
-	req := message.New()
-	req.Meta.Recver = message.Scheduler
-	req.Meta.Request = true
-	req.Meta.Control.Cmd = message.CmdBarrier
-	req.Meta.AppID = 0
-	req.Meta.CustomerID = int32(customerID)
-	req.Meta.Control.BarrierGroup = int32(group)
-	req.Meta.Timestamp = p.van.NextTimestamp()
-	if _, err := p.van.Send(req); err != nil {
+	if err := p.van.Barrier(customerID, group); err != nil {
 		return fmt.Errorf("postoffice: barrier: %w", err)
 	}
 	select {
 	case <-ch:
 		return nil
+	case <-p.van.Failed():
+		return fmt.Errorf("postoffice: barrier on group %d: %w", group, p.van.Err())
 	case <-ctx.Done():
 		return fmt.Errorf("postoffice: barrier on group %d: %w", group, ctx.Err())
 	}
 }
+
+// Err returns why the job failed (an error wrapping van.ErrJobFailed that
+// names the node lost), or nil. A program blocked somewhere else than in
+// Wait, Barrier or Finalize can watch Failed.
+func (p *Postoffice) Err() error { return p.van.Err() }
+
+// Failed returns a channel closed when the job fails.
+func (p *Postoffice) Failed() <-chan struct{} { return p.van.Failed() }
 
 func inGroup(role message.Role, group int) bool {
 	switch role {
@@ -296,7 +324,8 @@ func (p *Postoffice) MyRank() int { return message.IDToRank(p.MyID()) }
 // IsRecovery reports whether this node replaced a dead node.
 func (p *Postoffice) IsRecovery() bool { return p.van.MyNode().IsRecovery }
 
-// DeadNodes returns the nodes not heard from within timeout (see van.DeadNodes).
+// DeadNodes returns the nodes not heard from within timeout or found dead
+// (see van.DeadNodes).
 func (p *Postoffice) DeadNodes(timeout time.Duration) []int { return p.van.DeadNodes(timeout) }
 
 // Send sends a message through the van.
@@ -315,6 +344,7 @@ func (p *Postoffice) NewCustomer(appID, customerID int, h customer.Handler, opts
 	if _, ok := p.customers[key]; ok {
 		return nil, fmt.Errorf("postoffice: customer %d of app %d already exists", customerID, appID)
 	}
+	opts = append([]customer.Option{customer.WithTimestamps(p.van.NextTimestamp)}, opts...)
 	c := customer.New(appID, customerID, h, p.log, opts...)
 	p.customers[key] = c
 	for _, m := range p.pending[key] {
@@ -323,6 +353,14 @@ func (p *Postoffice) NewCustomer(appID, customerID int, h customer.Handler, opts
 	p.npending -= len(p.pending[key])
 	delete(p.pending, key)
 	return c, nil
+}
+
+// HeldMessages returns how many received messages wait for customers that
+// do not exist yet.
+func (p *Postoffice) HeldMessages() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.npending
 }
 
 // RemoveCustomer unregisters c and stops it.
@@ -385,16 +423,29 @@ func (h *handler) HandleSendFailure(msg *message.Message, err error) {
 	}
 }
 
-// HandleNodeDown tells every customer that node id is gone.
-func (h *handler) HandleNodeDown(id int) {
+// HandleFailure fails every request waiting anywhere in the node: the job
+// failed and nothing will answer them.
+func (h *handler) HandleFailure(err error) {
 	p := (*Postoffice)(h)
+	for _, c := range p.allCustomers() {
+		c.Tracker().FailAll(err)
+	}
+}
+
+func (p *Postoffice) allCustomers() []*customer.Customer {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	custs := make([]*customer.Customer, 0, len(p.customers))
 	for _, c := range p.customers {
 		custs = append(custs, c)
 	}
-	p.mu.Unlock()
-	for _, c := range custs {
+	return custs
+}
+
+// HandleNodeDown tells every customer that node id is gone.
+func (h *handler) HandleNodeDown(id int) {
+	p := (*Postoffice)(h)
+	for _, c := range p.allCustomers() {
 		c.NodeDown(id)
 	}
 }

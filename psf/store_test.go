@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/gopslite/pslite/internal/testcluster"
+	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/postoffice"
 	"github.com/gopslite/pslite/psf"
 )
@@ -265,12 +264,7 @@ func TestRestartedServerRestores(t *testing.T) {
 	if err := old.Finalize(ctx, 0, false); err != nil {
 		t.Fatal(err)
 	}
-	cfg := old.Config()
-	cfg.Port = 0
-	p, err := postoffice.New(cfg, postoffice.WithLogger(zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := j.c.NewNode(message.RoleServer, nil)
 	j.c.Servers[1] = p // finalized with the others
 	if err := p.Start(ctx, 0, false); err != nil {
 		t.Fatal(err)
@@ -294,14 +288,19 @@ func TestRestartedServerRestores(t *testing.T) {
 		}
 	}
 	// The worker learns of the new server shortly after it started; a
-	// request sent to the dead one is not answered, so retry.
+	// request sent to the dead one fails or is not answered, so retry
+	// (bounded).
 	var got [][]float64
-	for try := 0; ; try++ {
+	for deadline := time.Now().Add(15 * time.Second); ; {
 		short, cancel := context.WithTimeout(ctx, time.Second)
 		got, err = m.GetRows(short, []int{0, 1, 2})
 		cancel()
-		if err == nil || try == 10 {
+		if err == nil || time.Now().After(deadline) {
 			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 	if err != nil {

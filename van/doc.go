@@ -1,18 +1,29 @@
-// Package van carries messages between the nodes of a ps-lite job and runs
+// Package van carries messages between the nodes of a ps-lite job and drives
 // the job's control protocol: registration of nodes with the scheduler and
 // assignment of their ids (ADD_NODE), barriers (BARRIER), liveness
-// (HEARTBEAT) and stopping (TERMINATE).
+// (HEARTBEAT and connection events), the replacement of dead nodes, the
+// failure of a job, acknowledgements and resends (PS_RESEND), and stopping
+// (TERMINATE).
 //
 // A Van speaks C++ ps-lite's wire protocol, so Go and C++ nodes can be mixed
-// in one job. Its sockets sit behind the Transport interface: ZMQTransport is
-// ZeroMQ ROUTER/DEALER as in C++ ps-lite, and MemNetwork runs whole clusters
-// in one process for tests.
+// in one job. The protocol's logic lives in package control, a state
+// machine with no I/O and no clock; the van feeds it what it receives, the
+// connection events of its transport and the ticks of a Clock, and carries
+// out what it returns. Its sockets sit behind the Transport interface: the
+// zmqtransport package is ZeroMQ ROUTER/DEALER as in C++ ps-lite (and the
+// only part of the module that needs cgo), and MemNetwork runs whole
+// clusters in one process for tests, with faults injected (drops, delays,
+// cut links, stopped and killed nodes) and, with a FakeClock, time that
+// moves only when the test says so.
 //
-// One goroutine receives and runs the control protocol; data messages are
-// handed to a Handler (the postoffice), which routes them to customers.
-// A customer that is idle handles the message right there, on the receive
-// goroutine, which saves a thread hand-off per message; a handler that runs
-// longer than HandlerStall makes a new goroutine take over receiving, so a
-// slow or blocked handler never stalls the node. Malformed input from the
-// network is logged and dropped.
+// One goroutine receives (recv.go); data messages are handed to a Handler
+// (the postoffice), which routes them to customers. A customer that is idle
+// handles the message right there, on the receive goroutine, which saves a
+// thread hand-off per message; a handler that runs longer than HandlerStall
+// makes a new goroutine take over receiving, so a slow or blocked handler
+// never stalls the node. Control messages step the control core under a
+// mutex that is never held across a send that waits (control.go); data
+// sends wait for room in a slow peer's queue only until the job fails or
+// the van stops (send.go). Malformed input from the network is logged and
+// dropped.
 package van

@@ -1,40 +1,88 @@
 package van
 
 import (
+	"context"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 )
 
 // MemNetwork is an in-memory network of transports, so that whole clusters
-// run inside one test process without sockets. Messages are copied on send,
-// as a real network would.
+// run inside one test process without sockets, and faults can be injected
+// the way etcd raft's test network does: drop messages at a seeded rate,
+// delay them, cut and heal links (a cut link holds messages, as TCP does,
+// and delivers them in order once healed), stop a node (it neither sends
+// nor receives until resumed) and kill it (its peers see their connections
+// close). Messages are copied on send, as a real network would. Nodes are
+// named by the address they bind, "host:port".
 type MemNetwork struct {
-	mu     sync.Mutex
-	inbox  map[string]chan memMsg // by "host:port", created by a bind or a first send
-	bound  map[string]bool
-	nextID int
+	clock Clock
+
+	mu        sync.Mutex // guards everything below
+	rng       *rand.Rand
+	endpoints map[string]*memEndpoint // by address
+	links     map[[2]string]*memLink  // by (from, to) address
+	early     map[string][]memMsg     // for addresses nobody has bound (yet)
+	nextPort  int
+	dropAll   float64
 }
+
+// memLimit bounds a node's receive queue for Send (the peer does not keep
+// up); TrySend may go to memHardLimit.
+const (
+	memLimit     = 4096
+	memHardLimit = 2 * memLimit
+)
 
 type memMsg struct {
 	identity []byte
 	frames   [][]byte
+	at       time.Time // when it may be delivered (delayed links)
 }
 
-// NewMemNetwork returns an empty network.
-func NewMemNetwork() *MemNetwork {
-	return &MemNetwork{inbox: make(map[string]chan memMsg), bound: make(map[string]bool)}
+// memEndpoint is a bound address: its receive queue and state.
+type memEndpoint struct {
+	addr   string
+	owner  *memTransport
+	inbox  []memMsg
+	wake   chan struct{} // closed and replaced when inbox grows or state changes
+	room   chan struct{} // closed and replaced when inbox shrinks
+	dead   bool
+	paused bool
+	held   []heldMsg // sent while paused
 }
 
-// inboxLocked returns addr's inbox, creating it so that messages sent before
-// the receiver binds wait for it, as they do with ZeroMQ.
-func (n *MemNetwork) inboxLocked(addr string) chan memMsg {
-	ch, ok := n.inbox[addr]
-	if !ok {
-		ch = make(chan memMsg, 4096)
-		n.inbox[addr] = ch
+type heldMsg struct {
+	to  string
+	msg memMsg
+}
+
+// memLink is the state of the link from one address to another.
+type memLink struct {
+	cut     bool
+	held    []memMsg // while cut
+	drop    float64  // probability of losing a message
+	delay   time.Duration
+	transit []memMsg // delayed, in order
+	armed   bool     // a delivery timer is set
+}
+
+// NewMemNetwork returns an empty network on the system clock, with drops
+// seeded by 1.
+func NewMemNetwork() *MemNetwork { return NewMemNetworkClock(SystemClock(), 1) }
+
+// NewMemNetworkClock returns an empty network whose delays run on clock
+// and whose drops are drawn from a generator seeded with seed.
+func NewMemNetworkClock(clock Clock, seed uint64) *MemNetwork {
+	return &MemNetwork{
+		clock:     clock,
+		rng:       rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)),
+		endpoints: make(map[string]*memEndpoint),
+		links:     make(map[[2]string]*memLink),
+		early:     make(map[string][]memMsg),
 	}
-	return ch
 }
 
 // Transport returns a new transport attached to the network.
@@ -42,54 +90,371 @@ func (n *MemNetwork) Transport() Transport {
 	return &memTransport{net: n, peers: make(map[int]memPeer)}
 }
 
-type memTransport struct {
-	net   *MemNetwork
-	addr  string
-	inbox chan memMsg
+func (n *MemNetwork) linkLocked(from, to string) *memLink {
+	l := n.links[[2]string{from, to}]
+	if l == nil {
+		l = &memLink{}
+		n.links[[2]string{from, to}] = l
+	}
+	return l
+}
 
-	mu     sync.Mutex // guards peers and closed
-	peers  map[int]memPeer
-	closed bool
+// Drop makes the link from one address to another lose messages with
+// probability p (0 to 1).
+func (n *MemNetwork) Drop(from, to string, p float64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.linkLocked(from, to).drop = p
+}
+
+// DropAll makes every link lose messages with probability p, on top of any
+// per-link rate.
+func (n *MemNetwork) DropAll(p float64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.dropAll = p
+}
+
+// Delay makes the link from one address to another deliver each message d
+// after it was sent (on the network's clock), in order.
+func (n *MemNetwork) Delay(from, to string, d time.Duration) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.linkLocked(from, to).delay = d
+}
+
+// Cut cuts the links both ways between every address of a and every
+// address of b: messages are held until Heal.
+func (n *MemNetwork) Cut(a, b []string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, x := range a {
+		for _, y := range b {
+			n.linkLocked(x, y).cut = true
+			n.linkLocked(y, x).cut = true
+		}
+	}
+}
+
+// Isolate cuts every link to and from addr.
+func (n *MemNetwork) Isolate(addr string) {
+	n.mu.Lock()
+	var others []string
+	for a := range n.endpoints {
+		if a != addr {
+			others = append(others, a)
+		}
+	}
+	n.mu.Unlock()
+	n.Cut([]string{addr}, others)
+}
+
+// Heal restores every cut link and delivers what they held, in order.
+func (n *MemNetwork) Heal() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	keys := make([][2]string, 0, len(n.links))
+	for k := range n.links {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b [2]string) int {
+		if a[0] != b[0] {
+			return cmpString(a[0], b[0])
+		}
+		return cmpString(a[1], b[1])
+	})
+	for _, k := range keys {
+		l := n.links[k]
+		if !l.cut {
+			continue
+		}
+		l.cut = false
+		held := l.held
+		l.held = nil
+		for _, m := range held {
+			n.routeLocked(k[0], k[1], l, m)
+		}
+	}
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Pause stops the node at addr, as SIGSTOP would: it receives nothing
+// (messages to it wait) and what it sends is held until Resume.
+func (n *MemNetwork) Pause(addr string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if ep := n.endpoints[addr]; ep != nil {
+		ep.paused = true
+	}
+}
+
+// Resume lets a paused node run again: what it sent meanwhile goes out.
+func (n *MemNetwork) Resume(addr string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ep := n.endpoints[addr]
+	if ep == nil || !ep.paused {
+		return
+	}
+	ep.paused = false
+	held := ep.held
+	ep.held = nil
+	for _, h := range held {
+		n.sendLocked(addr, h.to, h.msg)
+	}
+	ep.signal()
+}
+
+// Kill ends the node at addr as if its process died: it receives and sends
+// nothing more, its transport's calls fail, and every transport connected
+// to it sees the connection go down.
+func (n *MemNetwork) Kill(addr string) {
+	n.mu.Lock()
+	ep := n.endpoints[addr]
+	if ep == nil || ep.dead {
+		n.mu.Unlock()
+		return
+	}
+	ep.dead = true
+	ep.inbox, ep.held = nil, nil
+	ep.signal()
+	close(ep.room)
+	ep.room = make(chan struct{})
+	delete(n.endpoints, addr)
+	owner := ep.owner
+	n.mu.Unlock()
+	owner.kill()
+	n.connectionEvent(addr, false)
+}
+
+// connectionEvent tells every transport connected to addr that the
+// connection went down or came up.
+func (n *MemNetwork) connectionEvent(addr string, up bool) {
+	n.mu.Lock()
+	var ts []*memTransport
+	for _, ep := range n.endpoints {
+		ts = append(ts, ep.owner)
+	}
+	n.mu.Unlock()
+	for _, t := range ts {
+		t.peerEvent(addr, up)
+	}
+}
+
+// sendLocked routes a message from one address to another.
+func (n *MemNetwork) sendLocked(from, to string, m memMsg) {
+	if ep := n.endpoints[from]; ep != nil && ep.paused {
+		ep.held = append(ep.held, heldMsg{to: to, msg: m})
+		return
+	}
+	n.routeLocked(from, to, n.linkLocked(from, to), m)
+}
+
+func (n *MemNetwork) routeLocked(from, to string, l *memLink, m memMsg) {
+	if l.cut {
+		l.held = append(l.held, m)
+		return
+	}
+	if p := max(l.drop, n.dropAll); p > 0 && n.rng.Float64() < p {
+		return
+	}
+	if l.delay <= 0 && len(l.transit) == 0 {
+		n.deliverLocked(to, m)
+		return
+	}
+	m.at = n.clock.Now().Add(l.delay)
+	l.transit = append(l.transit, m)
+	n.armLocked(to, l)
+}
+
+// armLocked sets a timer for the first message in transit on l.
+func (n *MemNetwork) armLocked(to string, l *memLink) {
+	if l.armed || len(l.transit) == 0 {
+		return
+	}
+	l.armed = true
+	d := l.transit[0].at.Sub(n.clock.Now())
+	n.clock.AfterFunc(max(d, 0), func() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		l.armed = false
+		now := n.clock.Now()
+		for len(l.transit) > 0 && !l.transit[0].at.After(now) {
+			n.deliverLocked(to, l.transit[0])
+			l.transit = l.transit[1:]
+		}
+		n.armLocked(to, l)
+	})
+}
+
+func (n *MemNetwork) deliverLocked(to string, m memMsg) {
+	ep := n.endpoints[to]
+	if ep == nil || ep.dead {
+		// Nobody listens there: the message waits for whoever binds the
+		// address, as it waits in a ZeroMQ sender's queue (up to a bound).
+		if len(n.early[to]) < memHardLimit {
+			n.early[to] = append(n.early[to], m)
+		}
+		return
+	}
+	ep.inbox = append(ep.inbox, m)
+	ep.signal()
+}
+
+func (ep *memEndpoint) signal() {
+	close(ep.wake)
+	ep.wake = make(chan struct{})
+}
+
+type memTransport struct {
+	net  *MemNetwork
+	addr string // bound address
+
+	mu        sync.Mutex // guards peers, closed, killed, handler, events
+	peers     map[int]memPeer
+	closed    bool
+	killed    bool
+	handler   func(id int, up bool)
+	events    []memEvent
+	eventWake chan struct{}
+	eventDone chan struct{}
 }
 
 type memPeer struct {
 	addr     string
 	identity []byte
+	gen      int // distinguishes connections to the same id
 }
 
+type memEvent struct {
+	id int
+	up bool
+}
+
+var (
+	_ Transport          = (*memTransport)(nil)
+	_ ConnectionReporter = (*memTransport)(nil)
+)
+
 func (t *memTransport) Bind(host string, port, maxRetry int) (int, error) {
-	t.net.mu.Lock()
-	defer t.net.mu.Unlock()
+	n := t.net
+	n.mu.Lock()
 	for i := 0; i <= maxRetry; i++ {
 		if port <= 0 || i > 0 {
-			t.net.nextID++
-			port = 10000 + t.net.nextID
+			n.nextPort++
+			port = 10000 + n.nextPort
 		}
 		addr := fmt.Sprintf("%s:%d", host, port)
-		if t.net.bound[addr] {
+		if n.endpoints[addr] != nil {
 			continue
 		}
 		t.addr = addr
-		t.inbox = t.net.inboxLocked(addr)
-		t.net.bound[addr] = true
+		n.endpoints[addr] = &memEndpoint{addr: addr, owner: t, wake: make(chan struct{}), room: make(chan struct{}), inbox: n.early[addr]}
+		delete(n.early, addr)
+		n.mu.Unlock()
+		n.connectionEvent(addr, true) // a node restarted on an address others know
 		return port, nil
 	}
+	n.mu.Unlock()
 	return 0, fmt.Errorf("van: bind %s:%d: address in use", host, port)
 }
 
-func (t *memTransport) Connect(id int, host string, port int, identity string) error {
+func (t *memTransport) SetConnectionHandler(f func(id int, up bool)) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.closed {
+	t.handler = f
+	if t.eventDone == nil {
+		t.eventWake = make(chan struct{}, 1)
+		t.eventDone = make(chan struct{})
+		go t.runEvents()
+	}
+}
+
+// runEvents delivers connection events in order, on a goroutine of its
+// own, until the transport closes.
+func (t *memTransport) runEvents() {
+	defer close(t.eventDone)
+	for {
+		t.mu.Lock()
+		evs := t.events
+		t.events = nil
+		f := t.handler
+		closed := t.closed || t.killed
+		t.mu.Unlock()
+		if closed {
+			return
+		}
+		for _, e := range evs {
+			f(e.id, e.up)
+		}
+		if len(evs) == 0 {
+			<-t.eventWake
+		}
+	}
+}
+
+func (t *memTransport) queueEvent(id int, up bool) {
+	if t.handler == nil || t.closed || t.killed {
+		return
+	}
+	t.events = append(t.events, memEvent{id, up})
+	select {
+	case t.eventWake <- struct{}{}:
+	default:
+	}
+}
+
+// peerEvent reports a connection event for every peer at addr.
+func (t *memTransport) peerEvent(addr string, up bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for id, p := range t.peers {
+		if p.addr == addr {
+			t.queueEvent(id, up)
+		}
+	}
+}
+
+func (t *memTransport) kill() {
+	t.mu.Lock()
+	t.killed = true
+	t.mu.Unlock()
+	if t.eventWake != nil {
+		select {
+		case t.eventWake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (t *memTransport) Connect(id int, host string, port int, identity string) error {
+	addr := fmt.Sprintf("%s:%d", host, port)
+	t.net.mu.Lock()
+	ep := t.net.endpoints[addr]
+	live := ep != nil && !ep.dead
+	t.net.mu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed || t.killed {
 		return ErrClosed
 	}
-	var ident []byte
-	if identity != "" {
-		ident = []byte(identity)
-	} else {
+	ident := []byte(identity)
+	if identity == "" {
 		ident = []byte{0, 0x6b, 0x8b, 0x45, 0x67} // like ZeroMQ's generated identities
 	}
-	t.peers[id] = memPeer{addr: fmt.Sprintf("%s:%d", host, port), identity: ident}
+	t.peers[id] = memPeer{addr: addr, identity: ident, gen: t.peers[id].gen + 1}
+	if live {
+		t.queueEvent(id, true)
+	}
 	return nil
 }
 
@@ -99,18 +464,18 @@ func (t *memTransport) Disconnect(id int) {
 	t.mu.Unlock()
 }
 
-func (t *memTransport) Send(id int, frames [][]byte, _ bool) (int, error) {
-	return t.send(id, frames, true)
+func (t *memTransport) Send(ctx context.Context, id int, frames [][]byte, _ bool) (int, error) {
+	return t.send(ctx, id, frames, true)
 }
 
 func (t *memTransport) TrySend(id int, frames [][]byte) (int, error) {
-	return t.send(id, frames, false)
+	return t.send(context.Background(), id, frames, false)
 }
 
-func (t *memTransport) send(id int, frames [][]byte, wait bool) (int, error) {
+func (t *memTransport) send(ctx context.Context, id int, frames [][]byte, wait bool) (int, error) {
 	t.mu.Lock()
 	p, ok := t.peers[id]
-	closed := t.closed
+	closed := t.closed || t.killed
 	t.mu.Unlock()
 	if closed {
 		return 0, ErrClosed
@@ -118,9 +483,6 @@ func (t *memTransport) send(id int, frames [][]byte, wait bool) (int, error) {
 	if !ok {
 		return 0, fmt.Errorf("%w %d", ErrNoPeer, id)
 	}
-	t.net.mu.Lock()
-	inbox := t.net.inboxLocked(p.addr)
-	t.net.mu.Unlock()
 	cp := make([][]byte, len(frames))
 	total := 0
 	for i, f := range frames {
@@ -128,45 +490,111 @@ func (t *memTransport) send(id int, frames [][]byte, wait bool) (int, error) {
 		total += len(f)
 	}
 	m := memMsg{identity: p.identity, frames: cp}
-	if !wait {
-		select {
-		case inbox <- m:
+	n := t.net
+	for {
+		n.mu.Lock()
+		ep := n.endpoints[p.addr]
+		limit := memHardLimit
+		if wait {
+			limit = memLimit
+		}
+		if ep == nil || ep.dead || len(ep.inbox) < limit || ep.paused {
+			// Nobody listens (lost, as with ZeroMQ once the peer is gone),
+			// or there is room (a paused receiver's inbox grows, as a
+			// socket buffer would, up to what TCP would hold: this is a
+			// test network).
+			n.sendLocked(t.addr, p.addr, m)
+			n.mu.Unlock()
 			return total, nil
-		default:
+		}
+		if !wait {
+			n.mu.Unlock()
 			return 0, ErrWouldBlock
 		}
+		room := ep.room
+		n.mu.Unlock()
+		select {
+		case <-room:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		t.mu.Lock()
+		q, ok := t.peers[id]
+		closed := t.closed || t.killed
+		t.mu.Unlock()
+		switch {
+		case closed:
+			return 0, ErrClosed
+		case !ok || q.gen != p.gen:
+			return 0, ErrPeerClosed
+		}
 	}
-	select {
-	case inbox <- m:
-	case <-time.After(5 * time.Second):
-		return 0, fmt.Errorf("van: in-memory send to %s blocked", p.addr)
-	}
-	return total, nil
 }
 
 func (t *memTransport) Recv() ([]byte, [][]byte, error) {
-	if t.inbox == nil {
+	if t.addr == "" {
 		return nil, nil, fmt.Errorf("van: not bound")
 	}
+	n := t.net
 	timer := time.NewTimer(100 * time.Millisecond)
 	defer timer.Stop()
-	select {
-	case m := <-t.inbox:
-		return m.identity, m.frames, nil
-	case <-timer.C:
-		return nil, nil, ErrRecvTimeout
+	for {
+		n.mu.Lock()
+		ep := n.endpoints[t.addr]
+		if ep == nil || ep.dead || ep.owner != t {
+			n.mu.Unlock()
+			return nil, nil, ErrClosed
+		}
+		if !ep.paused && len(ep.inbox) > 0 {
+			m := ep.inbox[0]
+			ep.inbox[0] = memMsg{}
+			ep.inbox = ep.inbox[1:]
+			close(ep.room)
+			ep.room = make(chan struct{})
+			n.mu.Unlock()
+			return m.identity, m.frames, nil
+		}
+		wake := ep.wake
+		n.mu.Unlock()
+		select {
+		case <-wake:
+		case <-timer.C:
+			return nil, nil, ErrRecvTimeout
+		}
 	}
 }
 
 func (t *memTransport) Close() error {
 	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
 	t.closed = true
 	t.mu.Unlock()
-	t.net.mu.Lock()
-	if t.addr != "" {
-		delete(t.net.inbox, t.addr)
-		delete(t.net.bound, t.addr)
+	if t.eventWake != nil {
+		select {
+		case t.eventWake <- struct{}{}:
+		default:
+		}
+		<-t.eventDone
 	}
-	t.net.mu.Unlock()
+	n := t.net
+	n.mu.Lock()
+	ep := n.endpoints[t.addr]
+	mine := ep != nil && ep.owner == t
+	if mine {
+		delete(n.endpoints, t.addr)
+		ep.dead = true
+		ep.signal()
+		close(ep.room)
+		ep.room = make(chan struct{})
+	}
+	n.mu.Unlock()
+	if mine {
+		// A process that stops closes its connections: its peers see them
+		// go down.
+		n.connectionEvent(t.addr, false)
+	}
 	return nil
 }

@@ -1,8 +1,11 @@
 package van
 
 import (
+	"context"
 	"errors"
-	"strconv"
+
+	"github.com/gopslite/pslite/message"
+	"github.com/gopslite/pslite/van/control"
 )
 
 // ErrRecvTimeout is returned by Transport.Recv when no message arrived
@@ -19,44 +22,69 @@ var ErrWouldBlock = errors.New("van: send would block")
 // ErrClosed is returned by a transport that has been closed.
 var ErrClosed = errors.New("van: transport closed")
 
+// ErrPeerClosed is returned by a Send that was waiting for room when the
+// connection it waited on was replaced or closed.
+var ErrPeerClosed = errors.New("van: connection closed while sending")
+
 // Transport moves multipart messages between nodes. It is the only part of
-// the van that touches sockets: ZMQTransport is the real one, and
-// MemNetwork provides an in-memory one for tests.
+// a node that touches sockets: the zmqtransport package has the real one
+// (ZeroMQ ROUTER/DEALER, like C++ ps-lite), and MemNetwork an in-memory one
+// for tests.
 //
 // Bind and Recv are called by one goroutine at a time (the one running the
 // van's receive loop, which hands the loop to a new goroutine when a data
-// handler runs long; the hand-over orders the calls). Connect and Send may
-// be called from any goroutine.
+// handler runs long; the hand-over orders the calls). Connect, Disconnect,
+// Send and TrySend may be called from any goroutine, and none of them waits
+// on another one's send: a Send blocked on a slow peer holds up neither a
+// reconnect nor Close.
 type Transport interface {
 	// Bind binds the receiving socket to host:port; port 0 lets the
 	// transport pick a free one. When the port is taken and maxRetry > 0,
 	// it tries up to maxRetry random ports in [10000, 50000). It returns
 	// the port bound.
 	Bind(host string, port, maxRetry int) (int, error)
-	// Connect opens, or reopens, the sending socket for node id, announcing
-	// itself with identity (none when identity is empty).
+	// Connect opens, or reopens, the sending side for node id, announcing
+	// itself with identity (none when identity is empty). It does not wait
+	// for the connection to be made.
 	Connect(id int, host string, port int, identity string) error
-	// Disconnect closes the sending socket for node id, if any.
+	// Disconnect closes the sending side for node id, if any.
 	Disconnect(id int)
 	// Send sends the frames as one multipart message to node id and returns
-	// the number of bytes sent. When shared is true the transport may send
-	// frames without copying them, reading them after Send returns: the
-	// caller must not change them any more (see message.Message.ZeroCopy).
-	Send(id int, frames [][]byte, shared bool) (int, error)
-	// TrySend is Send that never waits: when the message cannot be queued
-	// at once (the peer is slow), it returns ErrWouldBlock. The receive
-	// loop uses it, so that it can never be stuck behind a full queue.
+	// the number of bytes sent. It waits while the peer's queue is full
+	// (the peer does not keep up), until there is room, ctx is done, the
+	// connection is replaced or closed (ErrPeerClosed), or the transport
+	// closes. When shared is true the transport may send frames without
+	// copying them, reading them after Send returns: the caller must not
+	// change them any more (see message.Message.ZeroCopy).
+	Send(ctx context.Context, id int, frames [][]byte, shared bool) (int, error)
+	// TrySend is Send that never waits: it queues small control messages
+	// even on a full queue, up to a hard limit, past which it returns
+	// ErrWouldBlock. The receive loop and the control protocol send this
+	// way, so that they are never stuck behind a slow peer.
 	TrySend(id int, frames [][]byte) (int, error)
 	// Recv returns the next message: the sender's identity and its frames.
 	// It returns ErrRecvTimeout now and then so that the caller can check
 	// whether to stop.
 	Recv() (identity []byte, frames [][]byte, err error)
-	// Close closes every socket. The receive loop must have stopped.
+	// Close closes every socket. The receive loop must have stopped. It
+	// does not wait on sends in progress (they fail with ErrClosed).
 	Close() error
 }
 
+// ConnectionReporter is implemented by transports that report the
+// connections they open going down (the peer's process exited or closed
+// the connection) and coming back up. The van's failure detection uses it
+// besides heartbeats.
+type ConnectionReporter interface {
+	// SetConnectionHandler makes the transport call f(id, false) when the
+	// connection to node id drops and f(id, true) when it is established,
+	// for connections opened from now on. f runs on a goroutine of the
+	// transport, never inside a call to the transport.
+	SetConnectionHandler(f func(id int, up bool))
+}
+
 // Identity returns the socket identity of node id: "ps<id>".
-func Identity(id int) string { return "ps" + strconv.Itoa(id) }
+func Identity(id int) string { return control.Identity(id) }
 
 // ParseIdentity returns the node id of a "ps<digits>" identity, or
 // message.Empty for anything else (a node that has no id yet).
@@ -76,3 +104,5 @@ func ParseIdentity(b []byte) int32 {
 	}
 	return int32(id)
 }
+
+const emptyID = message.Empty

@@ -1,8 +1,6 @@
 package van
 
 import (
-	"slices"
-	"sync"
 	"testing"
 
 	"github.com/gopslite/pslite/message"
@@ -89,49 +87,4 @@ func (nopHandler) HandleBarrierDone(*message.Message) {}
 
 func (nopHandler) HandleSendFailure(*message.Message, error) {}
 func (nopHandler) HandleNodeDown(int)                        {}
-
-// recordingTransport records the receivers of what is sent.
-type recordingTransport struct {
-	mu   sync.Mutex
-	sent []int
-}
-
-func (r *recordingTransport) Bind(string, int, int) (int, error)     { return 1, nil }
-func (r *recordingTransport) Connect(int, string, int, string) error { return nil }
-func (r *recordingTransport) Disconnect(int)                         {}
-func (r *recordingTransport) Send(id int, f [][]byte, _ bool) (int, error) {
-	return r.TrySend(id, f)
-}
-func (r *recordingTransport) TrySend(id int, _ [][]byte) (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.sent = append(r.sent, id)
-	return 1, nil
-}
-func (r *recordingTransport) Recv() ([]byte, [][]byte, error) { return nil, nil, ErrRecvTimeout }
-func (r *recordingTransport) Close() error                    { return nil }
-
-// TestBarrierReleasesServersFirst checks the order of barrier releases:
-// servers, then the scheduler, then workers, so that no request from a
-// released worker can reach a server (a C++ one would abort) before that
-// server's own release.
-func TestBarrierReleasesServersFirst(t *testing.T) {
-	tr := &recordingTransport{}
-	v, err := New(Config{Role: message.RoleScheduler, NumServers: 2, NumWorkers: 3, SchedulerHost: "h", SchedulerPort: 1}, tr, nopHandler{}, nopLogger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	all := message.ServerGroup + message.WorkerGroup + message.Scheduler
-	members, _ := message.GroupMembers(all, 2, 3)
-	for _, id := range members {
-		m := message.New()
-		m.Meta.Request = true
-		m.Meta.Sender = int32(id)
-		m.Meta.Control.Cmd = message.CmdBarrier
-		m.Meta.Control.BarrierGroup = int32(all)
-		v.handleBarrier(m)
-	}
-	if want := []int{8, 10, 1, 9, 11, 13}; !slices.Equal(tr.sent, want) {
-		t.Fatalf("released %v, want %v", tr.sent, want)
-	}
-}
+func (nopHandler) HandleFailure(error)                       {}

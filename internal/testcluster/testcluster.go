@@ -1,6 +1,8 @@
 // Package testcluster starts whole ps-lite jobs inside one test process:
 // a scheduler, servers and workers, each a postoffice.Postoffice, over
-// in-memory transports or real ZeroMQ sockets on loopback.
+// in-memory transports or real ZeroMQ sockets on loopback. Over the
+// in-memory network, faults can be injected (van.MemNetwork) and the
+// protocol's time can be a van.FakeClock.
 package testcluster
 
 import (
@@ -27,6 +29,15 @@ type Cluster struct {
 	Scheduler *postoffice.Postoffice
 	Servers   []*postoffice.Postoffice
 	Workers   []*postoffice.Postoffice
+	// Network is the in-memory network the job runs on; nil over ZeroMQ.
+	Network *van.MemNetwork
+
+	t                testing.TB
+	opts             Options
+	port             int
+	servers, workers int
+	mu               sync.Mutex               // guards extra
+	extra            []*postoffice.Postoffice // nodes made by NewNode
 }
 
 // All returns every node, scheduler first.
@@ -36,8 +47,14 @@ func (c *Cluster) All() []*postoffice.Postoffice {
 
 // Options configures New.
 type Options struct {
-	// Mem runs the job over an in-memory network instead of ZeroMQ.
+	// Mem runs the job over an in-memory network instead of ZeroMQ (as
+	// every job does in a build without cgo).
 	Mem bool
+	// Network, if set, is the in-memory network to run on (it implies
+	// Mem); tests inject faults through it.
+	Network *van.MemNetwork
+	// Clock, if set, runs every node's protocol timers.
+	Clock van.Clock
 	// Tweak, if set, edits each node's configuration before it is created.
 	Tweak func(*postoffice.Config)
 	// NoStart creates the nodes without starting them.
@@ -51,29 +68,17 @@ type Options struct {
 // if the test has not done so.
 func New(t testing.TB, s, w int, o Options) *Cluster {
 	t.Helper()
-	var network *van.MemNetwork
-	port := 9000
-	if o.Mem {
-		network = van.NewMemNetwork()
-	} else {
-		port = FreePort(t)
+	c := &Cluster{t: t, opts: o, port: 9000, servers: s, workers: w}
+	switch {
+	case o.Network != nil:
+		c.Network = o.Network
+	case o.Mem || !realTransport:
+		c.Network = van.NewMemNetwork()
+	default:
+		c.port = FreePort(t)
 	}
-	c := &Cluster{}
 	mk := func(role message.Role) *postoffice.Postoffice {
-		cfg := postoffice.Config{Role: role, NumServers: s, NumWorkers: w,
-			SchedulerHost: "127.0.0.1", SchedulerPort: port, Host: "127.0.0.1"}
-		if o.Tweak != nil {
-			o.Tweak(&cfg)
-		}
-		level := zerolog.WarnLevel
-		if o.Quiet {
-			level = zerolog.ErrorLevel
-		}
-		opts := []postoffice.Option{postoffice.WithLogger(zerolog.New(zerolog.NewTestWriter(t)).Level(level))}
-		if network != nil {
-			opts = append(opts, postoffice.WithTransport(network.Transport()))
-		}
-		p, err := postoffice.New(cfg, opts...)
+		p, err := c.newNode(role, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,6 +107,58 @@ func New(t testing.TB, s, w int, o Options) *Cluster {
 	return c
 }
 
+// Config returns the configuration a node of role gets in this job.
+func (c *Cluster) Config(role message.Role) postoffice.Config {
+	cfg := postoffice.Config{Role: role, NumServers: c.servers, NumWorkers: c.workers,
+		SchedulerHost: "127.0.0.1", SchedulerPort: c.port, Host: "127.0.0.1"}
+	if c.opts.Tweak != nil {
+		c.opts.Tweak(&cfg)
+	}
+	return cfg
+}
+
+// Logger returns a logger for a node of the job.
+func (c *Cluster) Logger() zerolog.Logger {
+	level := zerolog.WarnLevel
+	if c.opts.Quiet {
+		level = zerolog.ErrorLevel
+	}
+	return zerolog.New(zerolog.NewTestWriter(c.t)).Level(level)
+}
+
+func (c *Cluster) newNode(role message.Role, tweak func(*postoffice.Config)) (*postoffice.Postoffice, error) {
+	cfg := c.Config(role)
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	opts := []postoffice.Option{postoffice.WithLogger(c.Logger())}
+	if c.Network != nil {
+		opts = append(opts, postoffice.WithTransport(c.Network.Transport()))
+	}
+	if c.opts.Clock != nil {
+		opts = append(opts, postoffice.WithClock(c.opts.Clock))
+	}
+	return postoffice.New(cfg, opts...)
+}
+
+// NewNode creates another node of the job (not started), e.g. one that
+// replaces a node killed by the test, on the job's network and clock;
+// tweak may edit its configuration. It is finalized when the test ends.
+func (c *Cluster) NewNode(role message.Role, tweak func(*postoffice.Config)) *postoffice.Postoffice {
+	c.t.Helper()
+	p, err := c.newNode(role, tweak)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.mu.Lock()
+	c.extra = append(c.extra, p)
+	c.mu.Unlock()
+	return p
+}
+
+// Addr returns the address p bound, as the in-memory network names it.
+func Addr(p *postoffice.Postoffice) string { return p.Van().MyNode().Addr() }
+
 // Finalize finalizes every node with a barrier and fails the test on error.
 func (c *Cluster) Finalize(t testing.TB) { c.stop(t, true) }
 
@@ -111,6 +168,10 @@ func (c *Cluster) stop(t testing.TB, barrier bool) {
 	if err := Each(c.All(), func(p *postoffice.Postoffice) error { return p.Finalize(ctx, 0, barrier) }); err != nil && barrier {
 		t.Errorf("finalize: %v", err)
 	}
+	c.mu.Lock()
+	extra := c.extra
+	c.mu.Unlock()
+	Each(extra, func(p *postoffice.Postoffice) error { return p.Finalize(ctx, 0, false) })
 }
 
 // Each runs f on every node concurrently and returns the first error.

@@ -1,7 +1,6 @@
-package van
+package zmqtransport
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -9,45 +8,9 @@ import (
 
 	zmq "github.com/pebbe/zmq4"
 	"github.com/rs/zerolog"
+
+	"github.com/gopslite/pslite/van"
 )
-
-// CurveKeys is the job's CURVE key pair, Z85-encoded (40 characters each).
-// With it every ROUTER is a CURVE server and every DEALER a CURVE client,
-// both using this pair, so traffic is encrypted and a peer must hold the
-// secret key to connect: a ZAP handler admits only clients that present the
-// job's public key.
-type CurveKeys struct {
-	Public string
-	Secret string
-}
-
-// NewCurveKeys returns a fresh key pair.
-func NewCurveKeys() (CurveKeys, error) {
-	pub, sec, err := zmq.NewCurveKeypair()
-	if err != nil {
-		return CurveKeys{}, fmt.Errorf("van: generate CURVE keys (is libzmq built with libsodium?): %w", err)
-	}
-	return CurveKeys{Public: pub, Secret: sec}, nil
-}
-
-// Check verifies that both keys are 40-character Z85 strings and that the
-// public key belongs to the secret key.
-func (k CurveKeys) Check() error {
-	if len(k.Public) != 40 || len(zmq.Z85decode(k.Public)) != 32 {
-		return errors.New("CURVE public key must be 40 Z85 characters")
-	}
-	if len(k.Secret) != 40 || len(zmq.Z85decode(k.Secret)) != 32 {
-		return errors.New("CURVE secret key must be 40 Z85 characters")
-	}
-	pub, err := zmq.AuthCurvePublic(k.Secret)
-	if err != nil {
-		return fmt.Errorf("CURVE secret key: %v", err)
-	}
-	if pub != k.Public {
-		return errors.New("CURVE public key does not belong to the secret key")
-	}
-	return nil
-}
 
 const zapDomain = "pslite"
 
@@ -55,11 +18,11 @@ const zapDomain = "pslite"
 // ROUTER for failed handshakes, logging every refused peer. Each of its two
 // goroutines owns its socket and stops when stop is set.
 type curveGuard struct {
-	keys     CurveKeys
+	keys     van.CurveKeys
 	log      zerolog.Logger
 	stop     atomic.Bool
 	wg       sync.WaitGroup // the ZAP goroutine
-	monitors []*socketMonitor
+	monitors []watched
 	// Refused counts the connections refused so far.
 	refused atomic.Int64
 	// Refusals are logged at most once per logEvery, with a count.
@@ -91,7 +54,13 @@ func (g *curveGuard) logRefusal(reason string, fields map[string]string) {
 	e.Msg("refused a connection: " + reason)
 }
 
-func startCurveGuard(ctx *zmq.Context, keys CurveKeys, log zerolog.Logger) (*curveGuard, error) {
+// watched is a socket whose handshakes the guard watches.
+type watched struct {
+	mon  *socketMonitor
+	sock *zmq.Socket
+}
+
+func startCurveGuard(ctx *zmq.Context, keys van.CurveKeys, log zerolog.Logger) (*curveGuard, error) {
 	g := &curveGuard{keys: keys, log: log}
 	zap, err := ctx.NewSocket(zmq.REP)
 	if err != nil {
@@ -150,14 +119,20 @@ func (g *curveGuard) watch(ctx *zmq.Context, sock *zmq.Socket, name string) erro
 	if err != nil {
 		return err
 	}
-	g.monitors = append(g.monitors, m)
+	g.monitors = append(g.monitors, watched{m, sock})
 	return nil
 }
 
-func (g *curveGuard) close() {
-	for _, m := range g.monitors {
-		m.close()
+// unwatch stops watching the sockets, before their owner closes them.
+func (g *curveGuard) unwatch() {
+	for _, w := range g.monitors {
+		w.mon.close(w.sock)
 	}
+	g.monitors = nil
+}
+
+// close stops the ZAP handler.
+func (g *curveGuard) close() {
 	g.stop.Store(true)
 	g.wg.Wait()
 }

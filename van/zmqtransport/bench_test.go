@@ -1,6 +1,7 @@
-package van
+package zmqtransport
 
 import (
+	"context"
 	"fmt"
 	"testing"
 )
@@ -18,7 +19,7 @@ func BenchmarkZMQSendRecv(b *testing.B) {
 				b.SetBytes(int64(size))
 				b.ReportAllocs()
 				for i := 0; i < b.N; i++ {
-					if _, err := send.Send(1, [][]byte{meta, frame}, shared); err != nil {
+					if _, err := send.Send(context.Background(), 1, [][]byte{meta, frame}, shared); err != nil {
 						b.Fatal(err)
 					}
 					recvWithin(b, recv, 10e9)

@@ -1,19 +1,22 @@
-package van
+package zmqtransport
 
 import (
 	"bytes"
+	"context"
 	"net"
 	"runtime"
 	"testing"
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
+
+	"github.com/gopslite/pslite/van"
 )
 
 // zmqPair returns a transport connected as node 9 to node 1 and a function
 // that creates node 1's transport, bound to the port the first connects to:
 // until it is called, whatever is sent waits in the sender's queue.
-func zmqPair(t testing.TB) (send *ZMQTransport, bind func() *ZMQTransport) {
+func zmqPair(t testing.TB) (send *Transport, bind func() *Transport) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -21,16 +24,16 @@ func zmqPair(t testing.TB) (send *ZMQTransport, bind func() *ZMQTransport) {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	send, err = NewZMQTransport(ZMQOptions{})
+	send, err = New(Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := send.Connect(1, "127.0.0.1", port, Identity(9)); err != nil {
+	if err := send.Connect(1, "127.0.0.1", port, van.Identity(9)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { send.Close() })
-	return send, func() *ZMQTransport {
-		recv, err := NewZMQTransport(ZMQOptions{})
+	return send, func() *Transport {
+		recv, err := New(Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,7 +55,7 @@ func pattern(n int, seed byte) []byte {
 	return b
 }
 
-func recvWithin(t testing.TB, tr *ZMQTransport, d time.Duration) ([]byte, [][]byte) {
+func recvWithin(t testing.TB, tr *Transport, d time.Duration) ([]byte, [][]byte) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
@@ -60,7 +63,7 @@ func recvWithin(t testing.TB, tr *ZMQTransport, d time.Duration) ([]byte, [][]by
 		if err == nil {
 			return ident, frames
 		}
-		if err != ErrRecvTimeout || time.Now().After(deadline) {
+		if err != van.ErrRecvTimeout || time.Now().After(deadline) {
 			t.Fatalf("Recv: %v", err)
 		}
 	}
@@ -100,7 +103,7 @@ func TestZeroCopyFrames(t *testing.T) {
 				for j, n := range sz {
 					frames[j] = pattern(n, byte(i*10+j))
 				}
-				if _, err := send.Send(1, frames, shared); err != nil {
+				if _, err := send.Send(context.Background(), 1, frames, shared); err != nil {
 					t.Fatal(err)
 				}
 			}()
@@ -123,7 +126,7 @@ func TestZeroCopyFrames(t *testing.T) {
 	}
 	for i, w := range want {
 		ident, got := recvWithin(t, recv, 10*time.Second)
-		if ParseIdentity(ident) != 9 {
+		if van.ParseIdentity(ident) != 9 {
 			t.Fatalf("identity %q", ident)
 		}
 		if len(got) != len(w) {
@@ -147,17 +150,17 @@ func TestZeroCopyFrames(t *testing.T) {
 // TestZeroCopyReleasedOnClose checks that frames queued for a peer that
 // never reads them are released when the transport closes.
 func TestZeroCopyReleasedOnClose(t *testing.T) {
-	tr, err := NewZMQTransport(ZMQOptions{Linger: time.Millisecond})
+	tr, err := New(Options{Linger: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Nobody listens on the port: messages wait in the socket's queue.
-	if err := tr.Connect(1, "127.0.0.1", 1, Identity(9)); err != nil {
+	if err := tr.Connect(1, "127.0.0.1", 1, van.Identity(9)); err != nil {
 		t.Fatal(err)
 	}
 	before := pinnedFrames.Load()
 	for range 3 {
-		if _, err := tr.Send(1, [][]byte{pattern(8, 0), pattern(1<<20, 1)}, true); err != nil {
+		if _, err := tr.Send(context.Background(), 1, [][]byte{pattern(8, 0), pattern(1<<20, 1)}, true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -176,9 +179,9 @@ func TestZeroCopyReleasedOnClose(t *testing.T) {
 // port from the kernel, and a peer reaches it there.
 func TestBindPicksFreePort(t *testing.T) {
 	var ports []int
-	var recvs []*ZMQTransport
+	var recvs []*Transport
 	for range 2 {
-		tr, err := NewZMQTransport(ZMQOptions{})
+		tr, err := New(Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,15 +196,15 @@ func TestBindPicksFreePort(t *testing.T) {
 	if ports[0] <= 0 || ports[0] == ports[1] {
 		t.Fatalf("ports %v", ports)
 	}
-	send, err := NewZMQTransport(ZMQOptions{})
+	send, err := New(Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer send.Close()
-	if err := send.Connect(1, "127.0.0.1", ports[1], Identity(9)); err != nil {
+	if err := send.Connect(1, "127.0.0.1", ports[1], van.Identity(9)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := send.Send(1, [][]byte{[]byte("hi")}, false); err != nil {
+	if _, err := send.Send(context.Background(), 1, [][]byte{[]byte("hi")}, false); err != nil {
 		t.Fatal(err)
 	}
 	if _, got := recvWithin(t, recvs[1], 5*time.Second); string(got[0]) != "hi" {

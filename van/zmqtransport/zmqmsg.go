@@ -1,4 +1,4 @@
-package van
+package zmqtransport
 
 /*
 #cgo !windows pkg-config: libzmq

@@ -1,4 +1,4 @@
-package van
+package zmqtransport
 
 import (
 	"fmt"
@@ -17,10 +17,11 @@ type socketMonitor struct {
 }
 
 // monitorSocket starts delivering sock's events (a mask of zmq.EVENT_*) to
-// f. Call stop before the context is terminated.
+// f. Call close before the socket is closed.
 func monitorSocket(ctx *zmq.Context, sock *zmq.Socket, events zmq.Event, f func(ev zmq.Event, addr string, val int)) (*socketMonitor, error) {
 	addr := fmt.Sprintf("inproc://pslite-monitor-%p", sock)
-	if err := sock.Monitor(addr, events); err != nil {
+	// MONITOR_STOPPED wakes the goroutine at once when monitoring stops.
+	if err := sock.Monitor(addr, events|zmq.EVENT_MONITOR_STOPPED); err != nil {
 		return nil, fmt.Errorf("van: monitor socket: %w", err)
 	}
 	pair, err := ctx.NewSocket(zmq.PAIR)
@@ -43,17 +44,24 @@ func monitorSocket(ctx *zmq.Context, sock *zmq.Socket, events zmq.Event, f func(
 			if err != nil {
 				continue // timeout: look at stop again
 			}
-			f(ev, a, v)
+			if ev == zmq.EVENT_MONITOR_STOPPED {
+				return
+			}
+			if ev&events != 0 {
+				f(ev, a, v)
+			}
 		}
 	}()
 	return m, nil
 }
 
-// close stops the monitor and waits for its goroutine.
-func (m *socketMonitor) close() {
+// close stops monitoring sock (by its owner, before closing it) and waits
+// for the monitor's goroutine, which the MONITOR_STOPPED event ends at once.
+func (m *socketMonitor) close(sock *zmq.Socket) {
 	if m == nil {
 		return
 	}
 	m.stop.Store(true)
+	sock.Monitor("", 0)
 	m.done.Wait()
 }

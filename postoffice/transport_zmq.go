@@ -1,0 +1,22 @@
+//go:build cgo
+
+package postoffice
+
+import (
+	"github.com/rs/zerolog"
+
+	"github.com/gopslite/pslite/message"
+	"github.com/gopslite/pslite/van"
+	"github.com/gopslite/pslite/van/zmqtransport"
+)
+
+// defaultTransport returns the ZeroMQ transport cfg asks for.
+func defaultTransport(cfg Config, log zerolog.Logger) (van.Transport, error) {
+	return zmqtransport.New(zmqtransport.Options{
+		Local:     cfg.Local,
+		WaterMark: cfg.WaterMark,
+		BindAll:   cfg.Kubernetes && cfg.Role == message.RoleScheduler,
+		Curve:     cfg.Curve,
+		Log:       log,
+	})
+}

@@ -1,0 +1,166 @@
+package van
+
+import (
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/gopslite/pslite/message"
+	"github.com/gopslite/pslite/van/control"
+)
+
+// This file drives the control core: every input (a control message, a
+// connection event, a tick, a call of the node's user) is a step under
+// ctlMu, whose outputs are carried out in order before the lock is
+// released; none of them waits (sends are TrySends, connects do not wait
+// for the connection). The handler hears of the step's events after the
+// lock is released.
+
+// step runs f on the core, carries out its outputs and reports its events.
+func (v *Van) step(f func(c *control.Core, now time.Time) []control.Output) {
+	v.ctlMu.Lock()
+	outs := f(v.core, v.clock.Now())
+	events := v.applyLocked(outs)
+	v.ctlMu.Unlock()
+	v.notify(events)
+}
+
+// applyLocked carries out outputs and returns the events for the handler.
+func (v *Van) applyLocked(outs []control.Output) []control.Event {
+	var events []control.Event
+	for _, o := range outs {
+		switch o.Kind {
+		case control.Send:
+			if _, err := v.post(o.Msg); err != nil {
+				v.log.Debug().Err(err).Str("msg", o.Msg.String()).Msg("control message not sent")
+			}
+		case control.Connect:
+			v.connectLocked(o.Node, o.Identity)
+		case control.Disconnect:
+			v.tr.Disconnect(o.ID)
+		case control.Notify:
+			if v.noteLocked(o.Event) {
+				events = append(events, o.Event)
+			}
+		}
+	}
+	return events
+}
+
+func (v *Van) connectLocked(n message.Node, identity string) {
+	v.downMu.Lock()
+	delete(v.down, int(n.ID)) // a new connection, e.g. to a replacement
+	v.downMu.Unlock()
+	if err := v.tr.Connect(int(n.ID), n.Hostname, int(n.Port), identity); err != nil {
+		v.log.Error().Err(err).Str("node", n.String()).Msg("connect failed")
+	}
+}
+
+// noteLocked updates the van's own state for an event and reports whether
+// the handler must hear of it.
+func (v *Van) noteLocked(e control.Event) bool {
+	switch e.Type {
+	case control.EventReady:
+		me := e.Node
+		v.myNode.Store(&me)
+		if v.cfg.SetRankEnv && me.Role != message.RoleScheduler {
+			os.Setenv("DMLC_RANK", strconv.Itoa(message.IDToRank(int(me.ID))))
+		}
+		if v.cfg.Resend {
+			// In place before the receive loop takes its next message: every
+			// message from a ready peer is acknowledged and deduplicated.
+			v.res.Store(newResendDriver(v, v.cfg.ResendTimeout, v.cfg.ResendMaxRetry))
+		}
+		v.isReady.Store(true)
+		close(v.ready)
+		return false
+	case control.EventBarrierDone:
+		return true
+	case control.EventPeerDown:
+		if v.res.Load() != nil {
+			return false // requests to it are resent until it or a replacement answers
+		}
+		v.downMu.Lock()
+		v.down[e.ID] = true
+		v.downMu.Unlock()
+		v.log.Info().Str("node", message.DescribeID(e.ID)).Msg("connection dropped")
+		return true
+	case control.EventPeerUp:
+		v.downMu.Lock()
+		delete(v.down, e.ID)
+		v.downMu.Unlock()
+		return false
+	case control.EventFailed:
+		err := e.Err
+		v.failErr.Store(&err)
+		close(v.failed)
+		v.cancel()
+		return true
+	}
+	return false // the core logged it
+}
+
+// notify tells the handler about events, in order.
+func (v *Van) notify(events []control.Event) {
+	for _, e := range events {
+		switch e.Type {
+		case control.EventBarrierDone:
+			v.handler.HandleBarrierDone(e.Msg)
+		case control.EventPeerDown:
+			v.handler.HandleNodeDown(e.ID)
+		case control.EventFailed:
+			v.handler.HandleFailure(e.Err)
+		}
+	}
+}
+
+// onConnection learns from the transport that the connection to node id
+// dropped or came back.
+func (v *Van) onConnection(id int, up bool) {
+	if v.stopping.Load() {
+		return
+	}
+	v.step(func(c *control.Core, now time.Time) []control.Output { return c.Connection(id, up, now) })
+}
+
+// tick lets the protocol's time pass.
+func (v *Van) tick() {
+	v.step(func(c *control.Core, now time.Time) []control.Output { return c.Tick(now) })
+}
+
+// Barrier asks the scheduler for a barrier of customerID on group. The
+// handler's HandleBarrierDone tells when it is released (possibly before
+// Barrier returns, at the scheduler); HandleFailure, when it never will be.
+func (v *Van) Barrier(customerID, group int) error {
+	var err error
+	v.step(func(c *control.Core, now time.Time) []control.Output {
+		outs, e := c.Barrier(customerID, group, now)
+		err = e
+		return outs
+	})
+	return err
+}
+
+// Finalizing says that the node's next barrier is its final one: once it
+// is released, connections closing and silences are no fault any more.
+func (v *Van) Finalizing() {
+	v.ctlMu.Lock()
+	v.core.Finalizing()
+	v.ctlMu.Unlock()
+}
+
+// Leave says that the node stops: a node that did not pass a final
+// barrier tells the scheduler, so that its going is no fault.
+func (v *Van) Leave() {
+	v.step(func(c *control.Core, now time.Time) []control.Output { return c.Leave(now) })
+}
+
+// DeadNodes returns the nodes not heard from within timeout or found dead
+// (their connection closed): at the scheduler, servers and workers;
+// elsewhere, the scheduler. With heartbeats off only nodes found dead
+// count. A timeout of 0 reports none.
+func (v *Van) DeadNodes(timeout time.Duration) []int {
+	v.ctlMu.Lock()
+	defer v.ctlMu.Unlock()
+	return v.core.DeadNodes(timeout, v.clock.Now())
+}

@@ -1,0 +1,84 @@
+package van
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gopslite/pslite/message"
+)
+
+// Send encodes msg and sends it to msg.Meta.Recver, waiting while the
+// peer's queue is full (a peer that does not keep up) until there is room,
+// the job fails or the van stops. With resending on, the message is kept
+// until acknowledged. It returns the bytes sent.
+func (v *Van) Send(msg *message.Message) (int, error) {
+	if err := v.Err(); err != nil {
+		return 0, err
+	}
+	r := v.res.Load()
+	if r != nil {
+		r.r.Outgoing(msg, v.MyNode().ID, v.clock.Now())
+	}
+	n, err := v.send(v.ctx, msg, true)
+	switch {
+	case err == nil:
+		return n, nil
+	case v.ctx.Err() != nil:
+		if e := v.Err(); e != nil {
+			return 0, e
+		}
+		return 0, ErrStopped
+	case r != nil && errors.Is(err, ErrPeerClosed):
+		return 0, nil // replaced meanwhile: the resender sends it to the new node
+	}
+	return n, err
+}
+
+// post sends a control message without waiting (kept for resending like any
+// other message).
+func (v *Van) post(msg *message.Message) (int, error) {
+	if r := v.res.Load(); r != nil {
+		r.r.Outgoing(msg, v.MyNode().ID, v.clock.Now())
+	}
+	return v.send(nil, msg, false)
+}
+
+// trySend sends msg once if that needs no waiting; the receive loop and the
+// resender send this way, so that a slow peer can never stall them (and,
+// through them, everyone).
+func (v *Van) trySend(msg *message.Message) (int, error) { return v.send(nil, msg, false) }
+
+// send sends msg once: with ctx, waiting for room; without, never waiting.
+func (v *Van) send(ctx context.Context, msg *message.Message, wait bool) (int, error) {
+	if msg.Meta.Recver == emptyID {
+		return 0, errors.New("van: message without a receiver")
+	}
+	v.downMu.Lock()
+	down := v.down[int(msg.Meta.Recver)]
+	v.downMu.Unlock()
+	if down {
+		return 0, fmt.Errorf("%w: %s", ErrNodeDown, message.DescribeID(int(msg.Meta.Recver)))
+	}
+	meta, err := message.Encode(&msg.Meta)
+	if err != nil {
+		return 0, fmt.Errorf("van: encode meta: %w", err)
+	}
+	frames := make([][]byte, 0, 1+len(msg.Data))
+	frames = append(frames, meta)
+	frames = append(frames, msg.Data...)
+	var n int
+	if wait {
+		n, err = v.tr.Send(ctx, int(msg.Meta.Recver), frames, msg.ZeroCopy)
+	} else {
+		n, err = v.tr.TrySend(int(msg.Meta.Recver), frames)
+	}
+	if err != nil {
+		return n, err
+	}
+	v.sendBytes.Add(int64(n))
+	if e := v.log.Trace(); e.Enabled() {
+		e.Str("msg", msg.String()).Msg("sent")
+	}
+	return n, nil
+}

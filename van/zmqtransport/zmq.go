@@ -1,0 +1,590 @@
+package zmqtransport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	zmq "github.com/pebbe/zmq4"
+	"github.com/rs/zerolog"
+
+	"github.com/gopslite/pslite/van"
+)
+
+// Options configures a Transport.
+type Options struct {
+	// Local uses ipc:///tmp/<port> endpoints instead of TCP (DMLC_LOCAL).
+	Local bool
+	// WaterMark, when positive, is the send high-water mark of every
+	// sending socket (DMLC_PS_WATER_MARK).
+	WaterMark int
+	// BindAll binds 0.0.0.0 instead of the node's host (DMLC_USE_KUBERNETES
+	// on the scheduler).
+	BindAll bool
+	// RecvTimeout bounds each blocking receive so the receive loop can
+	// notice a stop; 0 means 200ms.
+	RecvTimeout time.Duration
+	// Linger is how long closing waits to flush unsent messages; 0 means
+	// 500ms.
+	Linger time.Duration
+	// IOThreads is the number of ZeroMQ I/O threads; 0 means 1.
+	IOThreads int
+	// QueueLimit bounds the messages waiting for a peer whose ZeroMQ queue
+	// is full (beyond the high-water mark) before Send waits; 0 means 1024.
+	// TrySend may queue twice as many.
+	QueueLimit int
+	// Curve, when set, encrypts and authenticates every connection with
+	// the job's CURVE key pair.
+	Curve *van.CurveKeys
+	// Log receives the transport's own warnings (refused connections).
+	Log zerolog.Logger
+}
+
+// Transport is the ZeroMQ transport of C++ ps-lite: one ROUTER socket
+// receives from every peer and one DEALER socket per peer sends to it.
+//
+// The ROUTER belongs to the goroutine running the receive loop (Bind, Recv).
+// Each DEALER belongs to a writer goroutine of its own, which sends what
+// waits in the peer's queue and closes the socket when the peer is
+// replaced, disconnected or the transport closes. A Send to an idle peer
+// goes straight to the socket (it never waits there: ZeroMQ takes the
+// message or refuses it at once) under the peer's socket mutex, taken only
+// if free; otherwise it joins the queue. So no goroutine waits on another's
+// send: Connect, Disconnect and Close only signal the writers.
+type Transport struct {
+	opts Options
+	ctx  *zmq.Context
+
+	router  *zmq.Socket  // owned by the receive loop
+	reader  *frameReader // receives from router; nil: pebbe/zmq4's calls
+	boundAt string       // the endpoint router is bound to
+
+	peersMu sync.Mutex // guards peers and closed; never held across I/O
+	peers   map[int]*peer
+	closed  bool
+	writers sync.WaitGroup
+
+	guard *curveGuard // nil without CURVE
+
+	onConnection atomic.Pointer[func(id int, up bool)]
+}
+
+var (
+	_ van.Transport          = (*Transport)(nil)
+	_ van.ConnectionReporter = (*Transport)(nil)
+)
+
+// peer is the sending side for one node.
+type peer struct {
+	id   int
+	sock *zmq.Socket    // used under sockMu, closed by the writer
+	h    unsafe.Pointer // libzmq's handle of sock, for zero-copy sends; may be nil
+	mon  *socketMonitor // reports disconnects; nil without a handler
+
+	// sockMu guards the use of sock. The writer holds it while it sends
+	// (waiting for room in slices of pollEvery) and when it closes the
+	// socket; Send and TrySend only try it, and queue when it is taken.
+	sockMu sync.Mutex
+
+	qMu     sync.Mutex // guards q, closing and room
+	q       []outMsg
+	closing bool
+	room    chan struct{} // closed and replaced when q shrinks or the peer closes
+	kick    chan struct{} // wakes the writer (capacity 1)
+	done    chan struct{} // closed when the writer has closed the socket
+}
+
+type outMsg struct {
+	frames [][]byte
+	shared bool
+}
+
+// pollEvery is how long the writer waits for room at a time before it
+// looks whether the peer is closing.
+const pollEvery = 50 * time.Millisecond
+
+// New creates a ZeroMQ context for one node.
+func New(opts Options) (*Transport, error) {
+	if opts.RecvTimeout <= 0 {
+		opts.RecvTimeout = 200 * time.Millisecond
+	}
+	if opts.Linger <= 0 {
+		opts.Linger = 500 * time.Millisecond
+	}
+	if opts.QueueLimit <= 0 {
+		opts.QueueLimit = 1024
+	}
+	ctx, err := zmq.NewContext()
+	if err != nil {
+		return nil, fmt.Errorf("van: create zmq context: %w", err)
+	}
+	if err := ctx.SetMaxSockets(65536); err != nil {
+		ctx.Term()
+		return nil, fmt.Errorf("van: zmq max sockets: %w", err)
+	}
+	if opts.IOThreads > 0 {
+		if err := ctx.SetIoThreads(opts.IOThreads); err != nil {
+			ctx.Term()
+			return nil, fmt.Errorf("van: zmq io threads: %w", err)
+		}
+	}
+	t := &Transport{opts: opts, ctx: ctx, peers: make(map[int]*peer)}
+	if opts.Curve != nil {
+		if err := opts.Curve.Check(); err != nil {
+			ctx.Term()
+			return nil, fmt.Errorf("van: %w", err)
+		}
+		g, err := startCurveGuard(ctx, *opts.Curve, opts.Log)
+		if err != nil {
+			ctx.Term()
+			return nil, err
+		}
+		t.guard = g
+	}
+	return t, nil
+}
+
+// SetConnectionHandler implements van.ConnectionReporter: f(id, false) when
+// the connection to node id drops (its process died or closed it), f(id,
+// true) when it is (re-)established, for peers connected from now on. f
+// runs on a monitor goroutine.
+func (t *Transport) SetConnectionHandler(f func(id int, up bool)) { t.onConnection.Store(&f) }
+
+// Refused returns how many connections CURVE authentication refused.
+func (t *Transport) Refused() int64 {
+	if t.guard == nil {
+		return 0
+	}
+	return t.guard.refused.Load()
+}
+
+func (t *Transport) endpoint(host string, port int) string {
+	if t.opts.Local {
+		return fmt.Sprintf("ipc:///tmp/%d", port)
+	}
+	return fmt.Sprintf("tcp://%s:%d", host, port)
+}
+
+// Bind implements van.Transport.
+func (t *Transport) Bind(host string, port, maxRetry int) (int, error) {
+	if t.router != nil {
+		return 0, errors.New("van: already bound")
+	}
+	sock, err := t.ctx.NewSocket(zmq.ROUTER)
+	if err != nil {
+		return 0, fmt.Errorf("van: create receiver socket: %w", err)
+	}
+	if err := sock.SetRcvtimeo(t.opts.RecvTimeout); err != nil {
+		sock.Close()
+		return 0, fmt.Errorf("van: receive timeout: %w", err)
+	}
+	sock.SetLinger(0)
+	if c := t.opts.Curve; c != nil {
+		if err := errors.Join(sock.SetZapDomain(zapDomain), sock.SetCurveServer(1), sock.SetCurveSecretkey(c.Secret)); err != nil {
+			sock.Close()
+			return 0, fmt.Errorf("van: CURVE server: %w", err)
+		}
+		if err := t.guard.watch(t.ctx, sock, "receiver"); err != nil {
+			sock.Close()
+			return 0, err
+		}
+	}
+	if host == "" || t.opts.BindAll {
+		host = "*"
+	}
+	var lastErr error
+	for i := 0; i <= maxRetry; i++ {
+		endpoint := t.endpoint(host, port)
+		switch {
+		case port <= 0 && i == 0 && !t.opts.Local:
+			// Let the kernel pick a free port, as C++ ps-lite does: it picks
+			// from the ephemeral range, which scripts/local.sh keeps
+			// schedulers out of, and never one that is taken.
+			endpoint = fmt.Sprintf("tcp://%s:*", host)
+		case i > 0 || port <= 0:
+			port = 10000 + rand.IntN(40000)
+			endpoint = t.endpoint(host, port)
+		}
+		if err := sock.Bind(endpoint); err != nil {
+			lastErr = err
+			continue
+		}
+		if port <= 0 {
+			bound, err := sock.GetLastEndpoint()
+			if err == nil {
+				port, err = strconv.Atoi(bound[strings.LastIndexByte(bound, ':')+1:])
+			}
+			if err != nil || port <= 0 {
+				sock.Close()
+				return 0, fmt.Errorf("van: port of %q: %v", bound, err)
+			}
+		}
+		t.router, t.boundAt = sock, t.endpoint(host, port)
+		if h := rawSocket(sock); h != nil {
+			t.reader = newFrameReader(h)
+		}
+		return port, nil
+	}
+	sock.Close()
+	return 0, fmt.Errorf("van: bind %s: %w", t.endpoint(host, port), lastErr)
+}
+
+// Connect implements van.Transport. A connection that replaces another
+// does not wait for the old one: its writer closes it.
+func (t *Transport) Connect(id int, host string, port int, identity string) error {
+	sock, err := t.ctx.NewSocket(zmq.DEALER)
+	if err != nil {
+		return fmt.Errorf("van: create sender socket (raise the open-file limit?): %w", err)
+	}
+	if identity != "" {
+		if err := sock.SetIdentity(identity); err != nil {
+			sock.Close()
+			return fmt.Errorf("van: set identity: %w", err)
+		}
+	}
+	if t.opts.WaterMark > 0 {
+		if err := sock.SetSndhwm(t.opts.WaterMark); err != nil {
+			sock.Close()
+			return fmt.Errorf("van: set send high-water mark: %w", err)
+		}
+	}
+	sock.SetLinger(t.opts.Linger)
+	if c := t.opts.Curve; c != nil {
+		if err := errors.Join(sock.SetCurveServerkey(c.Public), sock.SetCurvePublickey(c.Public), sock.SetCurveSecretkey(c.Secret)); err != nil {
+			sock.Close()
+			return fmt.Errorf("van: CURVE client: %w", err)
+		}
+	}
+	p := &peer{id: id, sock: sock, h: rawSocket(sock), room: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{})}
+	if f := t.onConnection.Load(); f != nil {
+		// Watch before connecting, so that the first CONNECTED is seen.
+		m, err := monitorSocket(t.ctx, sock, zmq.EVENT_CONNECTED|zmq.EVENT_DISCONNECTED, func(ev zmq.Event, _ string, _ int) {
+			t.peersMu.Lock()
+			current := t.peers[id] == p && !t.closed
+			t.peersMu.Unlock()
+			if current && !p.isClosing() {
+				(*f)(id, ev == zmq.EVENT_CONNECTED)
+			}
+		})
+		if err != nil {
+			sock.Close()
+			return err
+		}
+		p.mon = m
+	}
+	// The socket is p's from now on: connect it under sockMu, which its
+	// writer and senders take before they use it.
+	p.sockMu.Lock()
+	t.peersMu.Lock()
+	if t.closed {
+		t.peersMu.Unlock()
+		p.mon.close(sock)
+		sock.Close()
+		p.sockMu.Unlock()
+		return van.ErrClosed
+	}
+	old := t.peers[id]
+	t.peers[id] = p
+	t.writers.Add(1)
+	t.peersMu.Unlock()
+	go t.write(p)
+	old.shut()
+	addr := t.endpoint(host, port)
+	err = sock.Connect(addr)
+	p.sockMu.Unlock()
+	if err != nil {
+		t.peersMu.Lock()
+		if t.peers[id] == p {
+			delete(t.peers, id)
+		}
+		t.peersMu.Unlock()
+		p.shut()
+		return fmt.Errorf("van: connect to %s: %w", addr, err)
+	}
+	return nil
+}
+
+// Disconnect implements van.Transport.
+func (t *Transport) Disconnect(id int) {
+	t.peersMu.Lock()
+	p := t.peers[id]
+	delete(t.peers, id)
+	t.peersMu.Unlock()
+	p.shut()
+}
+
+// shut tells p's writer to close the socket; senders waiting for room get
+// van.ErrPeerClosed. It does not wait.
+func (p *peer) shut() {
+	if p == nil {
+		return
+	}
+	p.qMu.Lock()
+	if !p.closing {
+		p.closing = true
+		close(p.room)
+	}
+	p.qMu.Unlock()
+	p.wake()
+}
+
+func (p *peer) wake() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// write is p's writer: it sends what is queued, in order, until p shuts,
+// then closes the socket.
+func (t *Transport) write(p *peer) {
+	defer t.writers.Done()
+	defer close(p.done)
+	var poller *zmq.Poller
+	for {
+		<-p.kick
+		for {
+			p.sockMu.Lock()
+			p.qMu.Lock()
+			if p.closing {
+				p.qMu.Unlock()
+				p.closeSocket()
+				p.sockMu.Unlock()
+				return
+			}
+			if len(p.q) == 0 {
+				p.qMu.Unlock()
+				p.sockMu.Unlock()
+				break
+			}
+			m := p.q[0]
+			p.q[0] = outMsg{}
+			p.q = p.q[1:]
+			close(p.room)
+			p.room = make(chan struct{})
+			p.qMu.Unlock()
+			for {
+				_, err := sendFrames(p.sock, p.h, m.frames, zmq.DONTWAIT, m.shared)
+				if !errors.Is(err, van.ErrWouldBlock) {
+					if err != nil {
+						t.opts.Log.Debug().Err(err).Int("to", p.id).Msg("send failed")
+					}
+					break
+				}
+				// ZeroMQ's queue for the peer is full: wait for room a
+				// slice at a time, so that a shut is noticed.
+				if poller == nil {
+					poller = zmq.NewPoller()
+					poller.Add(p.sock, zmq.POLLOUT)
+				}
+				poller.Poll(pollEvery)
+				if p.isClosing() {
+					p.closeSocket()
+					p.sockMu.Unlock()
+					return
+				}
+			}
+			p.sockMu.Unlock()
+		}
+	}
+}
+
+func (p *peer) isClosing() bool {
+	p.qMu.Lock()
+	defer p.qMu.Unlock()
+	return p.closing
+}
+
+// closeSocket closes p's socket and its monitor; sockMu is held.
+func (p *peer) closeSocket() {
+	if p.sock == nil {
+		return
+	}
+	p.mon.close(p.sock)
+	p.sock.Close()
+	p.sock = nil
+	p.qMu.Lock()
+	p.q = nil
+	p.qMu.Unlock()
+}
+
+// peer returns the sending side for id.
+func (t *Transport) peer(id int) (*peer, error) {
+	t.peersMu.Lock()
+	defer t.peersMu.Unlock()
+	if t.closed {
+		return nil, van.ErrClosed
+	}
+	p, ok := t.peers[id]
+	if !ok {
+		return nil, fmt.Errorf("%w %d", van.ErrNoPeer, id)
+	}
+	return p, nil
+}
+
+// Send implements van.Transport. Shared frames of 512 KiB or more are sent
+// without a copy.
+func (t *Transport) Send(ctx context.Context, id int, frames [][]byte, shared bool) (int, error) {
+	return t.send(ctx, id, frames, shared, t.opts.QueueLimit)
+}
+
+// TrySend implements van.Transport.
+func (t *Transport) TrySend(id int, frames [][]byte) (int, error) {
+	return t.send(nil, id, frames, false, 2*t.opts.QueueLimit)
+}
+
+// send sends at once if the peer is idle and ZeroMQ takes the message, or
+// queues it for the writer; with ctx nil it never waits for room.
+func (t *Transport) send(ctx context.Context, id int, frames [][]byte, shared bool, limit int) (int, error) {
+	p, err := t.peer(id)
+	if err != nil {
+		return 0, err
+	}
+	if p.sockMu.TryLock() {
+		p.qMu.Lock()
+		idle := len(p.q) == 0 && !p.closing
+		p.qMu.Unlock()
+		if idle {
+			n, err := sendFrames(p.sock, p.h, frames, zmq.DONTWAIT, shared)
+			p.sockMu.Unlock()
+			if !errors.Is(err, van.ErrWouldBlock) {
+				return n, err
+			}
+		} else {
+			p.sockMu.Unlock()
+		}
+	}
+	// Queue it: the writer sends it after what is queued already.
+	m := outMsg{frames: frames, shared: shared}
+	total := 0
+	for _, f := range frames {
+		total += len(f)
+	}
+	if !shared {
+		m.frames = make([][]byte, len(frames))
+		for i, f := range frames {
+			m.frames[i] = append([]byte(nil), f...)
+		}
+	}
+	p.qMu.Lock()
+	for len(p.q) >= limit && !p.closing {
+		if ctx == nil {
+			p.qMu.Unlock()
+			return 0, van.ErrWouldBlock
+		}
+		room := p.room
+		p.qMu.Unlock()
+		select {
+		case <-room:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		p.qMu.Lock()
+	}
+	if p.closing {
+		p.qMu.Unlock()
+		if _, err := t.peer(id); errors.Is(err, van.ErrClosed) {
+			return 0, err
+		}
+		return 0, van.ErrPeerClosed
+	}
+	p.q = append(p.q, m)
+	p.qMu.Unlock()
+	p.wake()
+	return total, nil
+}
+
+// sendFrames sends a multipart message on sock (libzmq handle h, or nil).
+// With DONTWAIT, only the first frame can be refused (ZeroMQ then queues
+// nothing, and sendFrames returns van.ErrWouldBlock); the rest of a message
+// whose first frame was taken is always taken.
+func sendFrames(sock *zmq.Socket, h unsafe.Pointer, frames [][]byte, flags zmq.Flag, shared bool) (int, error) {
+	total := 0
+	for i, f := range frames {
+		flag := flags | zmq.SNDMORE
+		if i == len(frames)-1 {
+			flag = flags
+		}
+		n, err := sendFrame(sock, h, f, flag, shared)
+		if err != nil {
+			if i == 0 && errors.Is(err, zmq.Errno(syscall.EAGAIN)) {
+				return 0, van.ErrWouldBlock
+			}
+			return total, fmt.Errorf("van: send frame %d/%d: %w", i, len(frames), err)
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// Recv implements van.Transport.
+func (t *Transport) Recv() ([]byte, [][]byte, error) {
+	if t.router == nil {
+		return nil, nil, errors.New("van: not bound")
+	}
+	var frames [][]byte
+	var err error
+	if t.reader != nil {
+		frames, err = t.reader.recv()
+	} else {
+		frames, err = t.router.RecvMessageBytes(0)
+	}
+	if err != nil {
+		if errors.Is(err, zmq.Errno(syscall.EAGAIN)) {
+			return nil, nil, van.ErrRecvTimeout
+		}
+		if errors.Is(err, zmq.ETERM) {
+			return nil, nil, van.ErrClosed
+		}
+		return nil, nil, fmt.Errorf("van: receive: %w", err)
+	}
+	if len(frames) == 0 {
+		return nil, nil, van.ErrRecvTimeout
+	}
+	return frames[0], frames[1:], nil
+}
+
+// Close implements van.Transport. Every writer closes its socket at once
+// (a writer waiting for room notices within pollEvery); terminating the
+// context then waits up to the linger time for unsent messages to peers
+// that are still reachable.
+func (t *Transport) Close() error {
+	t.peersMu.Lock()
+	if t.closed {
+		t.peersMu.Unlock()
+		return nil
+	}
+	t.closed = true
+	peers := t.peers
+	t.peers = map[int]*peer{}
+	t.peersMu.Unlock()
+	for _, p := range peers {
+		p.shut()
+	}
+	t.writers.Wait()
+	if t.guard != nil {
+		t.guard.unwatch()
+	}
+	if t.router != nil {
+		t.reader.close()
+		t.reader = nil
+		t.router.Close()
+		t.router = nil
+		if path, ok := strings.CutPrefix(t.boundAt, "ipc://"); ok {
+			os.Remove(path) // libzmq leaves the socket file behind
+		}
+	}
+	if t.guard != nil {
+		t.guard.close()
+	}
+	return t.ctx.Term()
+}
