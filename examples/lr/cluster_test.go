@@ -120,7 +120,9 @@ func predictAccuracy(t *testing.T, out string) float64 {
 // TestHeartScaleCluster trains binary logistic regression on heart_scale
 // with 2 servers and 2 workers: 5-fold cross-validation under BSP and SSP,
 // then a held-out run under ASP whose model the predict mode reloads.
-// Chance (the majority class) is 150/270 = 0.556.
+// Chance (the majority class) is 150/270 = 0.556. The cross-validation
+// accuracy was 0.8370 in every BSP job and 0.8333-0.8407 under SSP
+// (staleness 1 bounds the reordering), idle and on busy cores.
 func TestHeartScaleCluster(t *testing.T) {
 	needFile(t, heartScale, "liblinear-tools")
 	common := []string{"-train=" + heartScale, "-epochs=5", "-batch=8", "-lr=0.1"}
@@ -136,9 +138,20 @@ func TestHeartScaleCluster(t *testing.T) {
 			t.Errorf("%s: the servers did not report held pulls:\n%s", sync, out)
 		}
 	}
+	// Under ASP the model depends on the order in which the workers' pushes
+	// arrive, and the machine's load decides that order: a worker that is
+	// descheduled for a while lets the other run ahead. With -holdout=0.3
+	// (81 test examples) the -seed=1 split is a hard one: 0.73-0.74 when
+	// the workers keep pace, down to 0.68-0.69 (55-56/81, below the bound)
+	// when one runs ahead, as in CI. With -holdout=0.5 (135 test examples,
+	// 81 of them negative, so a model that never learns scores 0.6) it was
+	// 0.7704-0.8000 in 280 real jobs (idle, both cores busy, a worker
+	// stopped for 0.05-1 s mid-training) and over 80,000 simulated
+	// interleavings of the two workers' pulls and pushes on the two
+	// servers, either worker running all its steps first included.
 	dir := t.TempDir()
 	model, plot := filepath.Join(dir, "heart.model"), filepath.Join(dir, "heart.png")
-	out := job(t, 2, 2, append(common, "-opt=ftrl", "-alpha=0.5", "-holdout=0.3", "-sync=asp", "-model="+model, "-plot="+plot)...)
+	out := job(t, 2, 2, append(common, "-opt=ftrl", "-alpha=0.5", "-holdout=0.5", "-sync=asp", "-model="+model, "-plot="+plot)...)
 	if acc := finalAccuracy(t, out); acc < 0.7 {
 		t.Errorf("asp ftrl: held-out accuracy %.4f, want >= 0.7:\n%s", acc, out)
 	}
