@@ -90,6 +90,21 @@ func (v *Van) noteLocked(e control.Event) bool {
 		delete(v.down, e.ID)
 		v.downMu.Unlock()
 		return false
+	case control.EventNodeDead:
+		if r := v.res.Load(); r != nil {
+			// What the scheduler sent it (heartbeat replies, lists) matters
+			// no more; its replacement gets what it needs afresh.
+			r.r.DropTo(int32(e.ID))
+		}
+		return false
+	case control.EventNodeReplaced:
+		if r := v.res.Load(); r != nil {
+			// Its messages are numbered afresh: they are no duplicates of
+			// its predecessor's.
+			r.r.ForgetSender(int32(e.ID))
+			return true // and what its predecessor left unanswered goes to it
+		}
+		return false
 	case control.EventFailed:
 		err := e.Err
 		v.failErr.Store(&err)
@@ -110,6 +125,10 @@ func (v *Van) notify(events []control.Event) {
 			v.handler.HandleNodeDown(e.ID)
 		case control.EventFailed:
 			v.handler.HandleFailure(e.Err)
+		case control.EventNodeReplaced:
+			if r := v.res.Load(); r != nil {
+				r.reawait(e.ID)
+			}
 		}
 	}
 }

@@ -27,6 +27,8 @@ type MemNetwork struct {
 	early     map[string][]memMsg     // for addresses nobody has bound (yet)
 	nextPort  int
 	dropAll   float64
+	idle      chan struct{} // closed and replaced when a receiver starts waiting or an event is handled
+	events    int           // connection events queued or being handled
 }
 
 // memLimit bounds a node's receive queue for Send (the peer does not keep
@@ -44,14 +46,15 @@ type memMsg struct {
 
 // memEndpoint is a bound address: its receive queue and state.
 type memEndpoint struct {
-	addr   string
-	owner  *memTransport
-	inbox  []memMsg
-	wake   chan struct{} // closed and replaced when inbox grows or state changes
-	room   chan struct{} // closed and replaced when inbox shrinks
-	dead   bool
-	paused bool
-	held   []heldMsg // sent while paused
+	addr    string
+	owner   *memTransport
+	inbox   []memMsg
+	wake    chan struct{} // closed and replaced when inbox grows or state changes
+	room    chan struct{} // closed and replaced when inbox shrinks
+	dead    bool
+	paused  bool
+	waiting bool      // its receive loop waits in Recv with nothing to take
+	held    []heldMsg // sent while paused
 }
 
 type heldMsg struct {
@@ -82,6 +85,37 @@ func NewMemNetworkClock(clock Clock, seed uint64) *MemNetwork {
 		endpoints: make(map[string]*memEndpoint),
 		links:     make(map[[2]string]*memLink),
 		early:     make(map[string][]memMsg),
+		idle:      make(chan struct{}),
+	}
+}
+
+// Settle waits until every running node has taken in all that was
+// delivered to it and waits for more (its receive loop is idle), and every
+// connection event has been handled. Messages
+// held by cut links, delayed on a link, or waiting for a stopped node do not
+// count. With a FakeClock, a test that advances the clock and settles the
+// network after each step sees the protocol run as it would in real time.
+// It returns ctx's error if the network does not settle.
+func (n *MemNetwork) Settle(ctx context.Context) error {
+	for {
+		n.mu.Lock()
+		busy := n.events > 0
+		for _, ep := range n.endpoints {
+			if !ep.dead && !ep.paused && (len(ep.inbox) > 0 || !ep.waiting) {
+				busy = true
+				break
+			}
+		}
+		idle := n.idle
+		n.mu.Unlock()
+		if !busy {
+			return nil
+		}
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 
@@ -390,11 +424,14 @@ func (t *memTransport) runEvents() {
 		f := t.handler
 		closed := t.closed || t.killed
 		t.mu.Unlock()
+		for _, e := range evs {
+			if !closed {
+				f(e.id, e.up)
+			}
+			t.net.eventDone()
+		}
 		if closed {
 			return
-		}
-		for _, e := range evs {
-			f(e.id, e.up)
 		}
 		if len(evs) == 0 {
 			<-t.eventWake
@@ -407,6 +444,9 @@ func (t *memTransport) queueEvent(id int, up bool) {
 		return
 	}
 	t.events = append(t.events, memEvent{id, up})
+	t.net.mu.Lock()
+	t.net.events++
+	t.net.mu.Unlock()
 	select {
 	case t.eventWake <- struct{}{}:
 	default:
@@ -424,10 +464,24 @@ func (t *memTransport) peerEvent(addr string, up bool) {
 	}
 }
 
+// eventDone counts one connection event handled.
+func (n *MemNetwork) eventDone() {
+	n.mu.Lock()
+	n.events--
+	close(n.idle)
+	n.idle = make(chan struct{})
+	n.mu.Unlock()
+}
+
 func (t *memTransport) kill() {
 	t.mu.Lock()
 	t.killed = true
+	dropped := len(t.events)
+	t.events = nil
 	t.mu.Unlock()
+	for range dropped {
+		t.net.eventDone()
+	}
 	if t.eventWake != nil {
 		select {
 		case t.eventWake <- struct{}{}:
@@ -555,10 +609,20 @@ func (t *memTransport) Recv() ([]byte, [][]byte, error) {
 			return m.identity, m.frames, nil
 		}
 		wake := ep.wake
+		ep.waiting = true
+		close(n.idle)
+		n.idle = make(chan struct{})
 		n.mu.Unlock()
+		timedOut := false
 		select {
 		case <-wake:
 		case <-timer.C:
+			timedOut = true
+		}
+		n.mu.Lock()
+		ep.waiting = false
+		n.mu.Unlock()
+		if timedOut {
 			return nil, nil, ErrRecvTimeout
 		}
 	}

@@ -19,9 +19,24 @@ func (v *Van) receiveLoop() {
 	}
 }
 
+// maxEarly bounds the data messages kept until the node is ready.
+const maxEarly = 1 << 16
+
+// verdict says what the receive loop does after a message.
+type verdict int
+
+const (
+	goOn       verdict = iota // receive the next message
+	stopLoop                  // the van stops
+	handedOver                // a new goroutine runs the loop now
+)
+
 // receive is the receive loop; it reports false when it has handed the loop
 // over rather than stopped.
 func (v *Van) receive() bool {
+	if !v.replayEarly() {
+		return false
+	}
 	for {
 		ident, frames, err := v.tr.Recv()
 		if err != nil {
@@ -49,44 +64,101 @@ func (v *Van) receive() bool {
 			v.log.Debug().Str("msg", msg.String()).Msg("dropping a message (PS_DROP_MSG)")
 			continue
 		}
-		if r := v.res.Load(); r != nil {
-			ack, drop := r.r.Incoming(msg)
-			if ack != nil {
-				// Never wait here: an ACK that cannot be queued is dropped,
-				// and the peer's resend is acknowledged later.
-				if _, err := v.trySend(ack); err != nil {
-					v.log.Debug().Err(err).Int32("to", msg.Meta.Sender).Msg("ACK not sent")
-				}
+		if !msg.Meta.IsControl() && !v.isReady.Load() {
+			// Data before this node has its id (the peers of a node that
+			// replaces a dead one may hear of it first): kept until the node
+			// is ready, then acknowledged, deduplicated and handled.
+			if len(v.early) < maxEarly {
+				v.early = append(v.early, msg)
+			} else {
+				v.log.Warn().Str("msg", msg.String()).Msg("dropping a data message that came before the node joined")
 			}
-			if drop {
-				if msg.Meta.Control.Cmd != message.CmdAck {
-					v.log.Debug().Str("msg", msg.String()).Msg("dropping a duplicate")
-				}
-				continue
-			}
-		}
-		if e := v.log.Trace(); e.Enabled() {
-			e.Str("msg", msg.String()).Msg("received")
-		}
-		if msg.Meta.IsControl() {
-			if msg.Meta.Control.Cmd == message.CmdTerminate {
-				if v.stopping.Load() {
-					return true
-				}
-				v.log.Warn().Str("msg", msg.String()).Msg("ignoring TERMINATE while not stopping")
-				continue
-			}
-			v.step(func(c *control.Core, now time.Time) []control.Output { return c.Step(msg, now) })
 			continue
 		}
-		if msg.Meta.Sender == emptyID || msg.Meta.AppID == emptyID {
-			v.log.Warn().Str("msg", msg.String()).Msg("dropping a data message from an unknown sender or without app id")
-			continue
-		}
-		if !v.dispatch(msg) {
+		switch v.handle(msg) {
+		case stopLoop:
+			return true
+		case handedOver:
 			return false
 		}
 	}
+}
+
+// replayEarly handles the data messages kept until the node was ready; it
+// reports false if the loop was handed over meanwhile.
+func (v *Van) replayEarly() bool {
+	for len(v.early) > 0 && v.isReady.Load() {
+		msg := v.early[0]
+		v.early[0] = nil
+		v.early = v.early[1:]
+		msg.Meta.Recver = v.MyNode().ID
+		if v.handle(msg) == handedOver {
+			return false
+		}
+	}
+	return true
+}
+
+// handle runs one received message: acknowledgement and duplicate
+// suppression, then the control protocol or the handler.
+func (v *Van) handle(msg *message.Message) verdict {
+	r := v.res.Load()
+	if r != nil {
+		ack, drop := r.r.Incoming(msg)
+		if ack != nil {
+			// Never wait here: an ACK that cannot be queued is dropped,
+			// and the peer's resend is acknowledged later.
+			if _, err := v.trySend(ack); err != nil {
+				v.log.Debug().Err(err).Int32("to", msg.Meta.Sender).Msg("ACK not sent")
+			}
+		}
+		if drop {
+			if msg.Meta.Control.Cmd != message.CmdAck {
+				v.log.Debug().Str("msg", msg.String()).Msg("dropping a duplicate")
+			}
+			return goOn
+		}
+	}
+	if e := v.log.Trace(); e.Enabled() {
+		e.Str("msg", msg.String()).Msg("received")
+	}
+	if msg.Meta.IsControl() {
+		if msg.Meta.Control.Cmd == message.CmdTerminate {
+			if v.stopping.Load() {
+				return stopLoop
+			}
+			v.log.Warn().Str("msg", msg.String()).Msg("ignoring TERMINATE while not stopping")
+			return goOn
+		}
+		wasReady := v.isReady.Load()
+		v.step(func(c *control.Core, now time.Time) []control.Output { return c.Step(msg, now) })
+		if wasReady || !v.isReady.Load() {
+			return goOn
+		}
+		if r := v.res.Load(); r != nil {
+			// The node list that made this node ready: acknowledge it now
+			// that resending is on (its sender resends it until then), as
+			// sent to the id it gave.
+			msg.Meta.Recver = v.MyNode().ID
+			if ack, _ := r.r.Incoming(msg); ack != nil {
+				if _, err := v.trySend(ack); err != nil {
+					v.log.Debug().Err(err).Msg("ACK not sent")
+				}
+			}
+		}
+		if !v.replayEarly() {
+			return handedOver
+		}
+		return goOn
+	}
+	if msg.Meta.Sender == emptyID || msg.Meta.AppID == emptyID {
+		v.log.Warn().Str("msg", msg.String()).Msg("dropping a data message from an unknown sender or without app id")
+		return goOn
+	}
+	if !v.dispatch(msg) {
+		return handedOver
+	}
+	return goOn
 }
 
 // dispatch passes a data message to the handler and reports whether this

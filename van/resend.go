@@ -3,6 +3,7 @@ package van
 import (
 	"time"
 
+	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/van/control"
 )
 
@@ -45,14 +46,32 @@ func (d *resendDriver) check() {
 	}
 }
 
-// drain waits, in real time, until every sent message is acknowledged or
-// limit has passed.
-func (d *resendDriver) drain(limit time.Duration) {
+// reawait sends node id, which replaced a dead node, every message its
+// predecessor left unacknowledged or unanswered.
+func (d *resendDriver) reawait(id int) {
+	msgs := d.r.Reawait(int32(id), d.v.clock.Now())
+	for _, m := range msgs {
+		if _, err := d.v.trySend(m); err != nil {
+			d.v.log.Debug().Err(err).Msg("resend to a replacement deferred")
+		}
+	}
+	if len(msgs) > 0 {
+		d.v.log.Info().Int("messages", len(msgs)).Str("node", message.DescribeID(id)).Msg("sent again to a replacement what its predecessor left unanswered")
+	}
+}
+
+// drain waits, in real time, until every sent message is acknowledged,
+// limit has passed or stop is closed.
+func (d *resendDriver) drain(limit time.Duration, stop <-chan struct{}) {
 	deadline := time.Now().Add(limit)
 	poll := time.NewTicker(min(d.r.Timeout()/4, 20*time.Millisecond))
 	defer poll.Stop()
 	for d.r.Len() > 0 && time.Now().Before(deadline) {
-		<-poll.C
+		select {
+		case <-poll.C:
+		case <-stop:
+			return
+		}
 	}
 }
 

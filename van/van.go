@@ -147,10 +147,11 @@ type Van struct {
 
 	myNode atomic.Pointer[message.Node]
 
-	dropRate atomic.Int32 // percent of received messages to drop once ready
-	rng      *rand.Rand   // owned by the goroutine running the receive loop
-	downMu   sync.Mutex   // guards down
-	down     map[int]bool // nodes whose connection dropped (resending off)
+	dropRate atomic.Int32       // percent of received messages to drop once ready
+	rng      *rand.Rand         // owned by the goroutine running the receive loop
+	early    []*message.Message // data received before the node was ready; owned like rng
+	downMu   sync.Mutex         // guards down
+	down     map[int]bool       // nodes whose connection dropped (resending off)
 
 	sendBytes atomic.Int64
 	recvBytes atomic.Int64
@@ -204,6 +205,10 @@ func New(cfg Config, tr Transport, h Handler, log zerolog.Logger) (*Van, error) 
 	v.core = core
 	me := core.Me()
 	v.myNode.Store(&me)
+	// Timestamps start anywhere: a process that takes a dead node's id must
+	// not repeat its predecessor's recent resend signatures, which its
+	// peers remember as seen.
+	v.timestamp.Store(v.rng.Int32N(1 << 30))
 	v.ctx, v.cancel = context.WithCancel(context.Background())
 	if r, ok := tr.(ConnectionReporter); ok {
 		r.SetConnectionHandler(v.onConnection)
@@ -328,10 +333,11 @@ func (v *Van) Stop() error {
 		v.cancel()
 		return v.tr.Close()
 	}
-	if r := v.res.Load(); r != nil && v.Err() == nil {
+	if r := v.res.Load(); r != nil && v.Err() == nil && !closed(v.recvDone) {
 		// Let unacknowledged messages (say, the last barrier release) be
-		// resent a few times before the receive loop stops.
-		r.drain(r.r.Timeout() * 9)
+		// resent a few times before the receive loop stops (no ACK can
+		// come once it has: the transport is gone).
+		r.drain(r.r.Timeout()*9, v.recvDone)
 	}
 	v.stopping.Store(true)
 	v.cancel()
@@ -352,6 +358,15 @@ func (v *Van) Stop() error {
 	}
 	v.log.Info().Str("node", me.String()).Int64("sent_bytes", v.sendBytes.Load()).Int64("recv_bytes", v.recvBytes.Load()).Msg("stopped")
 	return v.tr.Close()
+}
+
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // SetDropRate changes the percentage of received messages dropped once the

@@ -120,6 +120,9 @@ func (c *Cluster) Config(role message.Role) postoffice.Config {
 // Logger returns a logger for a node of the job.
 func (c *Cluster) Logger() zerolog.Logger {
 	level := zerolog.WarnLevel
+	if os.Getenv("PSLITE_TEST_TRACE") != "" {
+		level = zerolog.TraceLevel
+	}
 	if c.opts.Quiet {
 		level = zerolog.ErrorLevel
 	}

@@ -36,22 +36,36 @@ func MsgSig(appID, sender, recver, timestamp int32, request bool) uint64 {
 // timeouts after the send); it acknowledges received messages and
 // suppresses duplicates. It is safe for concurrent use; the caller does the
 // sending and tells it the time.
+//
+// An ACK says that a request arrived, not that it was handled: a server can
+// die between the two. So a data request is kept, without resends, after
+// its ACK until its response arrives; when the server is replaced, Reawait
+// sends it again, to the replacement (maxAwaiting bounds how many are kept).
 type Resender struct {
 	timeout  time.Duration
 	maxRetry int
 
-	mu      sync.Mutex // guards sendBuf and seen
+	mu      sync.Mutex // guards sendBuf, unacked and seen
 	sendBuf map[uint64]*Pending
+	unacked int // entries of sendBuf not acknowledged
 	seen    sigRing
 }
 
-// Pending is a message waiting for its ACK.
+// maxAwaiting bounds the acknowledged requests kept for their responses.
+const maxAwaiting = 1 << 16
+
+// Pending is a message waiting for its ACK, or a request for its response.
 type Pending struct {
 	Msg     *message.Message
 	sig     uint64
 	sent    time.Time
 	retries int
+	acked   bool // a request acknowledged, waiting for its response
 }
+
+// awaitsResponse reports whether a message is a data request, kept after
+// its ACK until the response comes.
+func awaitsResponse(m *message.Message) bool { return m.Meta.Request && !m.Meta.IsControl() }
 
 // NewResender returns a resender that resends after timeout and gives up
 // after maxRetry resends.
@@ -92,6 +106,7 @@ func (r *Resender) Outgoing(msg *message.Message, myID int32, now time.Time) {
 		msg = &cp
 	}
 	r.sendBuf[sig] = &Pending{Msg: msg, sig: sig, sent: now}
+	r.unacked++
 }
 
 // Incoming handles a received message: it consumes ACKs, and for
@@ -103,7 +118,7 @@ func (r *Resender) Incoming(msg *message.Message) (ack *message.Message, drop bo
 		return nil, false
 	case message.CmdAck:
 		r.mu.Lock()
-		delete(r.sendBuf, msg.Meta.Control.MsgSig)
+		r.ackLocked(msg.Meta.Control.MsgSig)
 		r.mu.Unlock()
 		return nil, true
 	}
@@ -113,12 +128,83 @@ func (r *Resender) Incoming(msg *message.Message) (ack *message.Message, drop bo
 	sig := MsgSig(msg.Meta.AppID, msg.Meta.Sender, msg.Meta.Recver, msg.Meta.Timestamp, msg.Meta.Request)
 	r.mu.Lock()
 	dup := !r.seen.add(sig)
+	if !msg.Meta.Request && !msg.Meta.IsControl() {
+		// A response: its request is done with (it also says the request
+		// arrived, should its ACK be late or lost).
+		req := MsgSig(msg.Meta.AppID, msg.Meta.Recver, msg.Meta.Sender, msg.Meta.Timestamp, true)
+		if p, ok := r.sendBuf[req]; ok {
+			if !p.acked {
+				r.unacked--
+			}
+			delete(r.sendBuf, req)
+		}
+	}
 	r.mu.Unlock()
 	ack = message.New()
 	ack.Meta.Recver = msg.Meta.Sender
 	ack.Meta.Control.Cmd = message.CmdAck
 	ack.Meta.Control.MsgSig = sig
 	return ack, dup
+}
+
+// ackLocked handles the ACK of sig: the message is done with, or, for a
+// data request, kept until its response.
+func (r *Resender) ackLocked(sig uint64) {
+	p, ok := r.sendBuf[sig]
+	if !ok || p.acked {
+		return
+	}
+	r.unacked--
+	if !awaitsResponse(p.Msg) || len(r.sendBuf)-r.unacked > maxAwaiting {
+		delete(r.sendBuf, sig)
+		return
+	}
+	p.acked = true
+}
+
+// Reawait returns, to send now, every message for node id still waiting for
+// its ACK or its response: id was replaced, and what its predecessor had not
+// answered must go to the replacement. Their timers start again at now.
+func (r *Resender) Reawait(id int32, now time.Time) []*message.Message {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var msgs []*message.Message
+	for _, p := range r.sendBuf {
+		if p.Msg.Meta.Recver != id {
+			continue
+		}
+		if p.acked {
+			p.acked = false
+			r.unacked++
+		}
+		p.sent, p.retries = now, 0
+		msgs = append(msgs, p.Msg)
+	}
+	return msgs
+}
+
+// ForgetSender forgets the signatures received from node id: a node that
+// took a dead node's id numbers its messages afresh, and they must not pass
+// for duplicates of its predecessor's.
+func (r *Resender) ForgetSender(id int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seen.forget(func(sig uint64) bool { return uint8(sig>>40) == uint8(id) })
+}
+
+// DropTo forgets the messages waiting for an ACK from node id (a node found
+// dead: its replacement gets what it needs afresh).
+func (r *Resender) DropTo(id int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for sig, p := range r.sendBuf {
+		if p.Msg.Meta.Recver == id {
+			if !p.acked {
+				r.unacked--
+			}
+			delete(r.sendBuf, sig)
+		}
+	}
 }
 
 // Due returns, at now, the messages to resend and those given up on (which
@@ -129,8 +215,10 @@ func (r *Resender) Due(now time.Time) (resend []*Pending, failed []*message.Mess
 	defer r.mu.Unlock()
 	for sig, p := range r.sendBuf {
 		switch {
+		case p.acked:
 		case now.Sub(p.sent) > deadline:
 			delete(r.sendBuf, sig)
+			r.unacked--
 			failed = append(failed, p.Msg)
 		case now.Sub(p.sent) > r.timeout*time.Duration(1+p.retries):
 			resend = append(resend, p)
@@ -156,7 +244,7 @@ func (r *Resender) FailError(m *message.Message) error {
 func (r *Resender) Len() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.sendBuf)
+	return r.unacked
 }
 
 // sigRing is a set of the most recent signatures, bounded in size: adding
@@ -170,6 +258,15 @@ type sigRing struct {
 
 func newSigRing(n int) sigRing {
 	return sigRing{set: make(map[uint64]struct{}, n), ring: make([]uint64, n)}
+}
+
+// forget removes the signatures for which match is true.
+func (s *sigRing) forget(match func(uint64) bool) {
+	for sig := range s.set {
+		if match(sig) {
+			delete(s.set, sig)
+		}
+	}
 }
 
 // add inserts sig and reports whether it was new.

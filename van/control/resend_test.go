@@ -118,3 +118,25 @@ func TestResenderTimeline(t *testing.T) {
 		}
 	}
 }
+
+// A replacement numbers its messages afresh: once its predecessor's
+// signatures are forgotten, they are no duplicates.
+func TestResenderForgetSender(t *testing.T) {
+	r := NewResender(time.Second, 3)
+	in := func(sender int32) bool {
+		m := message.New()
+		m.Meta.Sender, m.Meta.Recver, m.Meta.Timestamp, m.Meta.AppID = sender, 1, 4, 0
+		_, drop := r.Incoming(m)
+		return drop
+	}
+	if in(10) || in(12) || !in(10) {
+		t.Fatal("duplicate detection")
+	}
+	r.ForgetSender(10)
+	if in(10) {
+		t.Error("node 10's new message taken for a duplicate after ForgetSender")
+	}
+	if !in(12) {
+		t.Error("node 12's duplicate forgotten too")
+	}
+}
