@@ -30,7 +30,7 @@ func Logf(format string, args ...any) {
 // who names the node: its role, and its rank once it has one.
 func who() string {
 	role := os.Getenv("DMLC_ROLE")
-	if p, err := ps.Node(); err == nil && p.MyID() != message.Empty {
+	if p, err := ps.Node(); err == nil && p.MyID() != message.Empty && !p.IsScheduler() {
 		return fmt.Sprintf("%s %d", role, p.MyRank())
 	}
 	return role

@@ -148,7 +148,7 @@ func (c *Core) lost(p *peer, now time.Time) string {
 	}
 	switch {
 	case p.everUp && now.Sub(p.downSince) >= c.cfg.ConnGrace:
-		return "its connection closed (its process exited)"
+		return "its connection closed"
 	case !p.everUp && now.Sub(p.downSince) >= c.cfg.ConnectTimeout:
 		return fmt.Sprintf("could not connect to it within %v", c.cfg.ConnectTimeout)
 	}
