@@ -1,7 +1,9 @@
 # Build, test and run the Go ps-lite.
 #   make deps    install the system packages the build needs (libzmq, pkg-config, protoc)
 #   make build   all programs into build/
-#   make test    vet, unit tests with -race, cluster tests through scripts/local.sh
+#   make test    vet, the no-cgo build, unit tests with -race, cluster and fault tests
+#   make nocgo   build every package but the ZeroMQ transport and psbench with CGO_ENABLED=0,
+#                and run the protocol's tests that way (over the in-memory network)
 #   make demo    test_kv_app, then logistic regression on heart_scale and Fashion-MNIST (2 servers, 2 workers)
 #   make proto   regenerate message/pb/meta.pb.go; make proto-check fails on drift
 #   make bench   micro-benchmarks, then psbench jobs writing docs/PERFORMANCE.md
@@ -11,7 +13,7 @@ BUILD     ?= build
 PROTOC_GEN_GO_VERSION := v1.36.12
 GOBIN     := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all deps build test unit cluster-test demo proto proto-check bench fmt vet clean
+.PHONY: all deps build test nocgo demo proto proto-check bench vet clean
 
 all: build
 
@@ -26,8 +28,12 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 
-test: vet build
+test: vet nocgo build
 	$(GO) test -race -count=1 -timeout 15m ./...
+
+nocgo:
+	CGO_ENABLED=0 $(GO) build $$($(GO) list ./... | grep -v -e /van/zmqtransport -e /bench/psbench)
+	CGO_ENABLED=0 $(GO) test -count=1 ./van/ ./van/control/ ./tests/faults/
 
 demo: build
 	scripts/local.sh 2 2 $(BUILD)/test_kv_app

@@ -105,6 +105,25 @@ func NumServers() int {
 	return 0
 }
 
+// Err returns why the job failed (a node lost and not replaced, the
+// scheduler lost), or nil. Wait, Barrier and Finalize return it too.
+func Err() error {
+	if p := must(); p != nil {
+		return p.Err()
+	}
+	return nil
+}
+
+// Failed returns a channel closed when the job fails, for a program blocked
+// somewhere else than in Wait, Barrier or Finalize (nil before the node is
+// created).
+func Failed() <-chan struct{} {
+	if p := must(); p != nil {
+		return p.Failed()
+	}
+	return nil
+}
+
 // RegisterExitCallback adds a function run when customer 0 finalizes.
 func RegisterExitCallback(cb func()) {
 	if p := must(); p != nil {

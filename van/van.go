@@ -51,7 +51,8 @@ type Config struct {
 	// on, before it counts as dead.
 	HeartbeatTimeout time.Duration
 	// RecoveryWait is how long the scheduler waits for a dead node's
-	// replacement before it fails the job (PS_RECOVERY_WAIT).
+	// replacement before it fails the job (PS_RECOVERY_WAIT); zero fails
+	// it at once (a replacement already waiting still takes the place).
 	RecoveryWait time.Duration
 	// ConnGrace is how long a dropped connection may stay down before its
 	// node counts as dead (0: control.DefaultConnGrace).

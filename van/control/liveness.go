@@ -62,7 +62,11 @@ func (c *Core) heartbeat(o *out, msg *message.Message, now time.Time) {
 		o.send(NewNotice(sender, NoticeAbort, c.err.Error(), c.nextTS()))
 		return
 	}
-	c.revive(o, p)
+	if !c.cfg.ConnEvents || p.connUp {
+		// A heartbeat in flight from a process whose connection closed
+		// does not bring it back.
+		c.revive(o, p)
+	}
 	ack := message.New()
 	ack.Meta.Recver = int32(sender)
 	ack.Meta.Control.Cmd = message.CmdHeartbeat
