@@ -63,18 +63,34 @@ func TestCustomerIDs(t *testing.T) {
 }
 
 func TestCustomerPriorityOrder(t *testing.T) {
-	var r recorder
-	c := customer.New(0, 0, r.handle, zerolog.Nop(), customer.StartPaused())
 	prios := []int{0, 3, -1, 3, 1, 0, 7}
+	r := recorder{ch: make(chan int, len(prios))}
+	var resumed atomic.Bool
+	c := customer.New(0, 0, func(m *message.Message) {
+		if !resumed.Load() {
+			t.Errorf("paused customer handled message %d", m.Meta.Head)
+		}
+		r.handle(m)
+	}, zerolog.Nop(), customer.StartPaused())
 	for i, p := range prios {
 		if !c.Accept(request(p, i)) {
 			t.Fatal("Accept returned false")
 		}
 	}
-	time.Sleep(10 * time.Millisecond)
-	if got := r.got(); len(got) != 0 {
-		t.Fatalf("paused customer handled %v", got)
+	// Paused: every message waits in the queue, and none is handled. That
+	// the customer's goroutine does not take one later has no event to wait
+	// for: give it a bounded chance to (a correct customer never handles
+	// one, so no run depends on the length), and the handler's check above
+	// also catches any handled before Resume.
+	if n := c.Queued(); n != len(prios) {
+		t.Fatalf("paused customer has %d of %d messages queued", n, len(prios))
 	}
+	select {
+	case id := <-r.ch:
+		t.Fatalf("paused customer handled message %d", id)
+	case <-time.After(10 * time.Millisecond):
+	}
+	resumed.Store(true)
 	c.Resume()
 	c.Resume() // idempotent
 	c.Stop()
@@ -188,22 +204,43 @@ func TestCustomerWaitRequestContext(t *testing.T) {
 
 func TestCustomerStopDrains(t *testing.T) {
 	var n int // only the handler writes it; read after Stop
-	c := customer.New(0, 0, func(*message.Message) {
-		time.Sleep(50 * time.Microsecond)
+	entered, release := make(chan struct{}), make(chan struct{})
+	c := customer.New(0, 0, func(m *message.Message) {
+		if m.Meta.Head == 0 {
+			close(entered)
+			<-release // hold the handler until Stop has closed the queue
+		}
 		n++
 	}, zerolog.Nop())
 	const total = 200
-	for i := range total {
+	accepted := make(chan bool, 1)
+	// The customer is idle: message 0 is handled on this goroutine, and
+	// blocks there.
+	go func() { accepted <- c.Accept(request(0, 0)) }()
+	select {
+	case <-entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("message 0 not handled")
+	}
+	for i := 1; i < total; i++ { // the handler is busy: these are queued
 		if !c.Accept(request(i%4, i)) {
 			t.Fatal("Accept returned false before Stop")
 		}
 	}
+	if q := c.Queued(); q != total-1 {
+		t.Fatalf("%d messages queued behind the blocked one, want %d", q, total-1)
+	}
 	stopped := make(chan struct{})
 	go func() { c.Stop(); close(stopped) }()
+	waitFor(t, "Stop to close the queue", c.Stopping)
+	close(release)
 	select {
 	case <-stopped:
 	case <-time.After(5 * time.Second):
 		t.Fatal("Stop did not return")
+	}
+	if !<-accepted {
+		t.Fatal("Accept of message 0 returned false")
 	}
 	if n != total {
 		t.Fatalf("handled %d of %d queued messages before Stop returned", n, total)
@@ -264,14 +301,15 @@ func TestCustomerConcurrentRequests(t *testing.T) {
 // message itself when the customer is idle, queues it while the handler is
 // busy, and that messages are handled one at a time, in order, either way.
 func TestCustomerHandlesIdleMessagesOnCaller(t *testing.T) {
-	var r recorder
-	release := make(chan struct{})
+	r := recorder{ch: make(chan int, 5)}
+	entered, release := make(chan struct{}), make(chan struct{})
 	var running atomic.Int32
 	c := customer.New(0, 0, func(m *message.Message) {
 		if running.Add(1) != 1 {
 			t.Error("two messages handled at once")
 		}
 		if m.Meta.Head == 2 {
+			close(entered)
 			<-release
 		}
 		r.handle(m)
@@ -285,8 +323,10 @@ func TestCustomerHandlesIdleMessagesOnCaller(t *testing.T) {
 	}
 	accepted := make(chan struct{})
 	go func() { c.Accept(request(0, 2)); close(accepted) }() // blocks in the handler
-	for running.Load() == 0 {
-		time.Sleep(time.Millisecond)
+	select {
+	case <-entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("message 2 not handled")
 	}
 	for i := 3; i <= 5; i++ {
 		c.Accept(request(0, i)) // the handler is busy: queued, Accept returns
@@ -294,11 +334,16 @@ func TestCustomerHandlesIdleMessagesOnCaller(t *testing.T) {
 	if got := r.got(); !slices.Equal(got, []int{1}) {
 		t.Fatalf("handled %v while message 2 blocks, want [1]", got)
 	}
+	// The customer's goroutine waits for the slot: freeing it must wake it.
+	waitFor(t, "the customer's goroutine to wait", func() bool { return c.Waiting() == 1 })
 	close(release)
 	<-accepted
-	deadline := time.Now().Add(5 * time.Second)
-	for len(r.got()) < 5 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
+	for range 5 { // 1 was handled already; 2 just now; 3 to 5 are on their way
+		select {
+		case <-r.ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("handled only %v", r.got())
+		}
 	}
 	if got := r.got(); !slices.Equal(got, []int{1, 2, 3, 4, 5}) {
 		t.Fatalf("handled %v, want [1 2 3 4 5]", got)

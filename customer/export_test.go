@@ -24,3 +24,46 @@ func (t *Tracker) Sizes() (pending, failed, failOrder int) {
 	}
 	return len(t.pending), len(t.failed), failOrder
 }
+
+// Waiting reports whether someone waits on the unfinished request ts: a
+// Wait or WaitContext has found it unfinished and waits (or is about to
+// wait) for it to finish.
+func (t *Tracker) Waiting(ts int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r, ok := t.pending[int32(ts)]
+	return ok && r.done != nil
+}
+
+// Waited returns how many unfinished requests someone waits on.
+func (t *Tracker) Waited() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, r := range t.pending {
+		if r.done != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// Waiting returns how many goroutines wait in Pop or Next.
+func (q *Queue) Waiting() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.waiting
+}
+
+// Queued returns how many messages wait in the customer's queue.
+func (c *Customer) Queued() int { return c.queue.Len() }
+
+// Waiting returns how many goroutines wait in the customer's queue.
+func (c *Customer) Waiting() int { return c.queue.Waiting() }
+
+// Stopping reports whether Stop has closed the customer's queue.
+func (c *Customer) Stopping() bool {
+	c.queue.mu.Lock()
+	defer c.queue.mu.Unlock()
+	return c.queue.closed
+}

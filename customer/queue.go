@@ -22,6 +22,7 @@ type Queue struct {
 	seq     uint64
 	closed  bool
 	claimed bool // the handler slot is taken
+	waiting int  // goroutines waiting in Pop or Next (read by tests)
 }
 
 // NewQueue returns an empty queue.
@@ -54,7 +55,7 @@ func (q *Queue) Pop() (*message.Message, bool) {
 		if q.closed {
 			return nil, false
 		}
-		q.cond.Wait()
+		q.wait()
 	}
 	it := heap.Pop(&q.items).(item)
 	return it.msg, true
@@ -70,7 +71,7 @@ func (q *Queue) Next() (*message.Message, bool) {
 		if q.closed && len(q.items) == 0 {
 			return nil, false
 		}
-		q.cond.Wait()
+		q.wait()
 	}
 	q.claimed = true
 	return heap.Pop(&q.items).(item).msg, true
@@ -98,6 +99,13 @@ func (q *Queue) Release() {
 	if wake {
 		q.cond.Signal()
 	}
+}
+
+// wait waits on cond, counted in waiting; q.mu is held.
+func (q *Queue) wait() {
+	q.waiting++
+	q.cond.Wait()
+	q.waiting--
 }
 
 // Len returns the number of queued messages.

@@ -2,6 +2,7 @@ package customer_test
 
 import (
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -17,6 +18,19 @@ func msg(prio, id int) *message.Message {
 	m.Meta.Priority = int32(prio)
 	m.Meta.Head = int32(id)
 	return m
+}
+
+// waitFor waits until cond holds, yielding between checks, and fails the
+// test if it does not hold within 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		runtime.Gosched()
+	}
 }
 
 func mustPop(t *testing.T, q *customer.Queue) *message.Message {
@@ -123,7 +137,9 @@ func TestQueueCloseWakesBlockedPops(t *testing.T) {
 			res <- ok
 		}()
 	}
-	time.Sleep(20 * time.Millisecond) // let them block
+	// Close must wake Pops that wait, not just answer later ones: close
+	// only once every Pop waits.
+	waitFor(t, "every Pop to wait", func() bool { return q.Waiting() == n })
 	q.Close()
 	for range n {
 		select {

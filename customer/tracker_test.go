@@ -157,10 +157,14 @@ func TestTrackerWaitContextCancel(t *testing.T) {
 		t.Fatal("cancelling a wait finished the request")
 	}
 
+	// Cancel a wait that waits already (not one that would find its
+	// context done on entry). ts has been waited on before, which Waiting
+	// cannot tell from a new wait: use a fresh request.
+	ts2 := newReq(t, tr, 1)
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	ch := make(chan error, 1)
-	go func() { ch <- tr.WaitContext(ctx2, ts) }()
-	time.Sleep(10 * time.Millisecond)
+	go func() { ch <- tr.WaitContext(ctx2, ts2) }()
+	waitFor(t, "WaitContext to wait", func() bool { return tr.Waiting(ts2) })
 	cancel2()
 	select {
 	case err := <-ch:
@@ -170,11 +174,16 @@ func TestTrackerWaitContextCancel(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("cancel did not wake WaitContext")
 	}
+	if !tr.Pending(ts2) {
+		t.Fatal("cancelling a wait finished the request")
+	}
 
-	// The request can still finish and be waited on normally.
-	tr.AddResponse(ts, 1)
-	if err := waitDone(t, tr, ts); err != nil {
-		t.Fatal(err)
+	// The requests can still finish and be waited on normally.
+	for _, x := range []int{ts, ts2} {
+		tr.AddResponse(x, 1)
+		if err := waitDone(t, tr, x); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// An already cancelled context on a finished request: nothing to wait for.
 	ctx3, cancel3 := context.WithCancel(context.Background())
@@ -214,7 +223,7 @@ func TestTrackerFail(t *testing.T) {
 	ts2 := newReq(t, tr, 1)
 	ch := make(chan error, 1)
 	go func() { ch <- tr.Wait(ts2) }()
-	time.Sleep(10 * time.Millisecond)
+	waitFor(t, "Wait to wait", func() bool { return tr.Waiting(ts2) })
 	tr.Fail(ts2, boom)
 	select {
 	case err := <-ch:
@@ -251,7 +260,7 @@ func TestTrackerFailAll(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); errs[i] = tr.Wait(ts) }()
 	}
-	time.Sleep(10 * time.Millisecond)
+	waitFor(t, "the waits to wait", func() bool { return tr.Waited() == 5 })
 	tr.FailAll(down)
 	wg.Wait()
 	if tr.Len() != 0 {

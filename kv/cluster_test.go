@@ -459,7 +459,7 @@ func TestMultipleCustomersInOneProcess(t *testing.T) {
 
 func TestPriorityOrder(t *testing.T) {
 	c := testcluster.New(t, 1, 1, testcluster.Options{Mem: true})
-	block := make(chan struct{})
+	block, reached := make(chan struct{}), make(chan struct{})
 	var order []int
 	var mu sync.Mutex
 	s, _ := kv.NewKVServer[float32](c.Servers[0], 0)
@@ -467,6 +467,7 @@ func TestPriorityOrder(t *testing.T) {
 	s.SetRequestHandle(func(meta kv.KVMeta, data kv.KVPairs[float32], s *kv.KVServer[float32]) {
 		if first {
 			first = false
+			close(reached)
 			<-block // hold the queue so the rest pile up
 		}
 		mu.Lock()
@@ -478,12 +479,23 @@ func TestPriorityOrder(t *testing.T) {
 	var tss []int
 	ts, _ := w.Push([]uint64{1}, []float32{1}, nil, kv.WithCmd(0))
 	tss = append(tss, ts)
-	time.Sleep(50 * time.Millisecond) // let the first request reach the handle
+	select {
+	case <-reached:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first request never reached the handle")
+	}
 	for i, p := range []int{1, 5, 3} {
 		ts, _ := w.Push([]uint64{1}, []float32{1}, nil, kv.WithCmd(i+1), kv.WithPriority(p))
 		tss = append(tss, ts)
 	}
-	time.Sleep(100 * time.Millisecond) // let them queue behind the blocked one
+	// The pushes are in the server's inbox. Once the network settles the
+	// server has taken them in (on a new receive goroutine, the first one
+	// being held by the blocked handle), so they wait in its queue.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Network.Settle(ctx); err != nil {
+		t.Fatalf("the network did not settle: %v", err)
+	}
 	close(block)
 	for _, ts := range tss {
 		w.Wait(ts)
@@ -630,7 +642,9 @@ func TestBlockedHandleDoesNotStallNode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			app0Reached := make(chan struct{})
 			s0.SetRequestHandle(func(meta kv.KVMeta, _ kv.KVPairs[float32], s *kv.KVServer[float32]) {
+				close(app0Reached)
 				<-app1Ran
 				s.Response(meta, kv.KVPairs[float32]{})
 			})
@@ -648,7 +662,11 @@ func TestBlockedHandleDoesNotStallNode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(20 * time.Millisecond) // let app 0's request reach its handle first
+			select { // app 0's handle blocks first
+			case <-app0Reached:
+			case <-time.After(10 * time.Second):
+				t.Fatal("app 0's request never reached its handle")
+			}
 			ts1, err := w1.Push([]uint64{1}, []float32{1}, nil)
 			if err != nil {
 				t.Fatal(err)

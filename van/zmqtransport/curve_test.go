@@ -48,28 +48,61 @@ func TestCurveZAP(t *testing.T) {
 	}
 	ctx, _ := zmq.NewContext()
 	defer ctx.Term()
-	send := func(pub, sec string) {
+	// send connects a DEALER with the given key pair, sends "hello", and
+	// returns the outcome of its first handshake (the socket's monitor
+	// reports it) and a function that closes the socket.
+	send := func(pub, sec string) (zmq.Event, func()) {
+		t.Helper()
 		s, _ := ctx.NewSocket(zmq.DEALER)
-		defer s.Close()
 		s.SetLinger(0)
 		s.SetCurveServerkey(job.Public)
 		s.SetCurvePublickey(pub)
 		s.SetCurveSecretkey(sec)
+		handshake := make(chan zmq.Event, 1)
+		mon, err := monitorSocket(ctx, s, zmq.EVENT_HANDSHAKE_SUCCEEDED|zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL|
+			zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL|zmq.EVENT_HANDSHAKE_FAILED_AUTH, func(ev zmq.Event, _ string, _ int) {
+			select {
+			case handshake <- ev:
+			default: // a retry's: the first one counts
+			}
+		})
+		if err != nil {
+			s.Close()
+			t.Fatal(err)
+		}
+		closeSock := func() { mon.close(s); s.Close() }
 		s.Connect(fmt.Sprintf("tcp://127.0.0.1:%d", port))
 		s.SendBytes([]byte("hello"), 0)
-		time.Sleep(300 * time.Millisecond) // let the handshake finish before closing
+		select {
+		case ev := <-handshake:
+			return ev, closeSock
+		case <-time.After(10 * time.Second):
+			closeSock()
+			t.Fatal("no handshake")
+			return 0, nil
+		}
 	}
 	other, _ := van.NewCurveKeys()
-	send(other.Public, other.Secret)
-	if _, _, err := tr.Recv(); !errors.Is(err, van.ErrRecvTimeout) {
-		t.Errorf("a message from a stranger got through (err %v)", err)
+	ev, closeSock := send(other.Public, other.Secret)
+	closeSock() // refused: a retry would be refused again
+	if ev != zmq.EVENT_HANDSHAKE_FAILED_AUTH {
+		t.Errorf("a stranger's handshake: %v, want a refusal (EVENT_HANDSHAKE_FAILED_AUTH)", ev)
 	}
+	// The refusal reached the stranger, so the guard has counted it, and
+	// the stranger's "hello" has gone nowhere.
 	if tr.Refused() == 0 {
 		t.Error("the stranger was not counted as refused")
 	}
-	send(job.Public, job.Secret)
-	_, frames, err := tr.Recv()
-	if err != nil || len(frames) != 1 || string(frames[0]) != "hello" {
-		t.Errorf("a peer with the job's keys: %v %q", err, frames)
+	if _, _, err := tr.Recv(); !errors.Is(err, van.ErrRecvTimeout) {
+		t.Errorf("a message from a stranger got through (err %v)", err)
+	}
+	ev, closeSock = send(job.Public, job.Secret)
+	defer closeSock() // after the message is received: closing drops what is unsent
+	if ev != zmq.EVENT_HANDSHAKE_SUCCEEDED {
+		t.Fatalf("a peer with the job's keys: handshake %v", ev)
+	}
+	_, frames := recvWithin(t, tr, 10*time.Second)
+	if len(frames) != 1 || string(frames[0]) != "hello" {
+		t.Errorf("a peer with the job's keys: %q", frames)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -20,6 +21,17 @@ func freePort(t testing.TB) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// queued returns how many messages wait in the writer's queue for node id.
+func (t *Transport) queued(id int) int {
+	p, err := t.peer(id)
+	if err != nil {
+		return 0
+	}
+	p.qMu.Lock()
+	defer p.qMu.Unlock()
+	return len(p.q)
 }
 
 // fill sends to node 1 until a Send would wait, and returns a channel that
@@ -139,7 +151,16 @@ func TestOrderAcrossQueue(t *testing.T) {
 		}
 		done <- nil
 	}()
-	time.Sleep(20 * time.Millisecond) // let the queue fill before anyone reads
+	// Nobody reads yet: once ZeroMQ's queue is full, messages wait in the
+	// writer's queue, and once that is full too the sender waits. Receive
+	// only then, so that messages went both ways.
+	deadline := time.Now().Add(10 * time.Second)
+	for send.queued(1) < send.opts.QueueLimit {
+		if time.Now().After(deadline) {
+			t.Fatalf("the writer's queue holds %d messages, never %d", send.queued(1), send.opts.QueueLimit)
+		}
+		runtime.Gosched()
+	}
 	recv, err := New(Options{RecvTimeout: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

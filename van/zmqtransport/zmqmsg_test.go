@@ -138,6 +138,8 @@ func TestZeroCopyFrames(t *testing.T) {
 			}
 		}
 	}
+	// libzmq releases a frame on its I/O thread once it has written it out,
+	// with no event to wait on: poll, with a deadline.
 	deadline := time.Now().Add(5 * time.Second)
 	for pinnedFrames.Load() != 0 {
 		if time.Now().After(deadline) {
