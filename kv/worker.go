@@ -58,7 +58,8 @@ type KVWorker[V message.Value] struct {
 }
 
 // ErrServerLost is the error of requests waiting on a server whose
-// connection dropped while resending is off.
+// connection has been closed for a second (its process is gone) while
+// resending is off.
 var ErrServerLost = errors.New("kv: server lost")
 
 // NewKVWorker registers a worker as customer (appID, customerID).
@@ -93,7 +94,7 @@ func (w *KVWorker[V]) nodeDown(id int) {
 	}
 	w.mu.Unlock()
 	for _, ts := range lost {
-		err := fmt.Errorf("%w: server %d (node %d) disconnected before answering request %d", ErrServerLost, rank, id, ts)
+		err := fmt.Errorf("%w: %s disconnected before answering request %d", ErrServerLost, message.DescribeID(id), ts)
 		w.log().Warn().Err(err).Msg("failing the request")
 		w.dropRequest(ts)
 		w.cust.Tracker().Fail(ts, err)

@@ -155,10 +155,11 @@ const (
 	// EventBarrierDone: the scheduler released a barrier; Msg is the
 	// release.
 	EventBarrierDone
-	// EventPeerDown: the connection to server or worker ID dropped (seen by
-	// a server or worker).
+	// EventPeerDown: the connection to server or worker ID has been closed
+	// for ConnGrace (seen by a server or worker): its process is gone.
 	EventPeerDown
-	// EventPeerUp: the connection to server or worker ID is up again.
+	// EventPeerUp: the connection to server or worker ID is up again after
+	// an EventPeerDown.
 	EventPeerUp
 	// EventNodeDead: the scheduler declared node ID dead (Err says how).
 	EventNodeDead
@@ -204,8 +205,9 @@ type Core struct {
 	lastBeat   time.Time // last heartbeat sent
 	finalizing bool
 
-	peers     map[int]*peer  // by process id; see peer
-	connected map[int]string // id -> address of each connection made
+	peers     map[int]*peer      // by process id; see peer
+	connected map[int]string     // id -> address of each connection made
+	links     map[int]*linkState // a server's or worker's connections to its peers
 
 	// The scheduler's.
 	registered  []message.Node         // ADD_NODE requests until the job is full, then the node list
@@ -226,6 +228,7 @@ func New(cfg Config) (*Core, error) {
 		log:       cfg.Log,
 		peers:     map[int]*peer{},
 		connected: map[int]string{},
+		links:     map[int]*linkState{},
 		byAddr:    map[string]int{},
 		shared:    map[int]int{},
 	}

@@ -487,7 +487,7 @@ func TestBadInput(t *testing.T) {
 	list.Meta.Sender = 9
 	list.Meta.Control.Nodes = []message.Node{{Role: message.RoleServer, ID: 8, Hostname: "10.9.9.9", Port: 1}}
 	abort := NewNotice(8, NoticeAbort, "forged", 0)
-	abort.Meta.Sender = 9
+	abort.Meta.Sender = 13 // not in the job
 	for _, m := range []*message.Message{list, abort} {
 		if outs := srv.core.Step(m, s.now); len(outs) != 0 {
 			t.Errorf("server answered %s with %v", m, outs)
@@ -495,6 +495,64 @@ func TestBadInput(t *testing.T) {
 	}
 	if srv.core.Phase() != PhaseReady {
 		t.Errorf("server phase %v", srv.core.Phase())
+	}
+}
+
+// The first node to find a fault itself (here every server and worker loses
+// the scheduler, a server first) tells its peers, so that all of them name
+// the cause, not the peer that went away.
+func TestFailureSpreadsWithItsCause(t *testing.T) {
+	s := newSim(t, 2, 2, heartbeatsOn)
+	s.startAll()
+	s.tick(2*time.Second, 250*time.Millisecond)
+	s.isolate(s.node("scheduler"))
+	srv := s.node("server0")
+	// Only server0 ticks: it finds the scheduler gone before the others.
+	for end := s.now.Add(7 * time.Second); s.now.Before(end); {
+		s.now = s.now.Add(250 * time.Millisecond)
+		s.apply(srv, srv.core.Tick(s.now))
+		s.deliver()
+	}
+	if srv.has(EventFailed) == nil {
+		t.Fatal("server0 did not fail")
+	}
+	for _, name := range []string{"worker0", "worker1"} {
+		ev := s.node(name).has(EventFailed)
+		if ev == nil {
+			t.Fatalf("%s was not told", name)
+		}
+		var a *AbortError
+		if !errors.As(ev.Err, &a) || a.By != 8 || !strings.Contains(ev.Err.Error(), "server 0 (node 8) stopped the job: scheduler (node 1)") {
+			t.Errorf("%s: %v", name, ev.Err)
+		}
+	}
+	// Servers do not talk to servers: server1 finds out by itself.
+	if s.node("server1").has(EventFailed) != nil {
+		t.Error("server1 heard from server0")
+	}
+}
+
+// A connection that closes stays a while before the peer counts as gone:
+// a blip is no fault.
+func TestPeerDownAfterGrace(t *testing.T) {
+	s := newSim(t, 1, 1, nil)
+	s.startAll()
+	w := s.node("worker0")
+	s.apply(w, w.core.Connection(8, false, s.now))
+	s.tick(500*time.Millisecond, 100*time.Millisecond)
+	s.apply(w, w.core.Connection(8, true, s.now))
+	s.tick(2*time.Second, 100*time.Millisecond)
+	if w.has(EventPeerDown) != nil {
+		t.Fatal("a half-second blip reported as a lost server")
+	}
+	s.apply(w, w.core.Connection(8, false, s.now))
+	s.tick(1100*time.Millisecond, 100*time.Millisecond)
+	if ev := w.has(EventPeerDown); ev == nil || ev.ID != 8 {
+		t.Fatalf("server not reported gone after the grace: %v", w.events)
+	}
+	s.apply(w, w.core.Connection(8, true, s.now))
+	if w.has(EventPeerUp) == nil {
+		t.Error("no peer-up after the connection came back")
 	}
 }
 

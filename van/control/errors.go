@@ -43,13 +43,21 @@ func (e *NodeLostError) Error() string {
 // Unwrap makes errors.Is(err, ErrJobFailed) true.
 func (e *NodeLostError) Unwrap() error { return ErrJobFailed }
 
-// AbortError is the error of a server or worker whose job the scheduler
-// stopped; Reason is the scheduler's account, naming the node lost.
+// AbortError is the error of a server or worker whose job was stopped by
+// another node: the scheduler, which decided, or a peer that found the
+// fault first (it lost the scheduler). Reason is that node's account,
+// naming the node lost.
 type AbortError struct {
+	By     int // the node that stopped the job
 	Reason string
 }
 
-func (e *AbortError) Error() string { return "the scheduler stopped the job: " + e.Reason }
+func (e *AbortError) Error() string {
+	if e.By == message.Scheduler {
+		return "the scheduler stopped the job: " + e.Reason
+	}
+	return message.DescribeID(e.By) + " stopped the job: " + e.Reason
+}
 
 // Unwrap makes errors.Is(err, ErrJobFailed) true.
 func (e *AbortError) Unwrap() error { return ErrJobFailed }

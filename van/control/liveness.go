@@ -1,6 +1,7 @@
 package control
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -25,6 +26,13 @@ type peer struct {
 	left      bool   // it announced that it stops
 }
 
+// linkState is a server's or worker's view of its connection to a peer
+// (not the scheduler).
+type linkState struct {
+	downSince time.Time // zero while up
+	reported  bool      // EventPeerDown was sent
+}
+
 // heartbeat handles a HEARTBEAT: liveness, the scheduler's answer, and
 // notices.
 func (c *Core) heartbeat(o *out, msg *message.Message, now time.Time) {
@@ -32,6 +40,12 @@ func (c *Core) heartbeat(o *out, msg *message.Message, now time.Time) {
 	sender := int(msg.Meta.Sender)
 	if !c.IsScheduler() {
 		if sender != message.Scheduler {
+			// A peer that failed on its own (it lost the scheduler) says
+			// so, that the job's nodes all name the cause.
+			if _, peer := c.connected[sender]; peer && isNotice && kind == NoticeAbort && sender != int(c.me.ID) {
+				c.fail(o, &AbortError{By: sender, Reason: text})
+				return
+			}
 			c.log.Debug().Str("msg", msg.String()).Msg("dropping a heartbeat not sent by the scheduler")
 			return
 		}
@@ -39,7 +53,7 @@ func (c *Core) heartbeat(o *out, msg *message.Message, now time.Time) {
 			p.lastHeard = now
 		}
 		if isNotice && kind == NoticeAbort {
-			c.fail(o, &AbortError{Reason: text})
+			c.fail(o, &AbortError{By: message.Scheduler, Reason: text})
 		}
 		return
 	}
@@ -59,7 +73,7 @@ func (c *Core) heartbeat(o *out, msg *message.Message, now time.Time) {
 	}
 	if c.phase == PhaseFailed {
 		// It missed the abort (it was stopped or cut off): say it again.
-		o.send(NewNotice(sender, NoticeAbort, c.err.Error(), c.nextTS()))
+		o.send(NewNotice(sender, NoticeAbort, abortReason(c.err), c.nextTS()))
 		return
 	}
 	if !c.cfg.ConnEvents || p.connUp {
@@ -102,12 +116,22 @@ func (c *Core) Connection(id int, up bool, now time.Time) []Output {
 		return o
 	}
 	if !c.IsScheduler() && c.phase == PhaseReady && id != message.Scheduler {
-		if _, ok := c.connected[id]; ok {
-			if up {
+		if _, ok := c.connected[id]; !ok {
+			return nil
+		}
+		l := c.links[id]
+		if l == nil {
+			l = &linkState{}
+			c.links[id] = l
+		}
+		switch {
+		case up:
+			if l.reported {
 				o.notify(Event{Type: EventPeerUp, ID: id})
-			} else {
-				o.notify(Event{Type: EventPeerDown, ID: id})
 			}
+			*l = linkState{}
+		case l.downSince.IsZero():
+			l.downSince = now
 		}
 	}
 	return o
@@ -137,6 +161,19 @@ func (c *Core) Tick(now time.Time) []Output {
 		if cause := c.lost(p, now); cause != "" {
 			p.dead, p.deadSince, p.cause = true, now, cause
 			c.fail(&o, &NodeLostError{Node: c.sched, Cause: cause})
+			return o
+		}
+	}
+	// A peer whose connection stays closed past the grace is gone.
+	ids := make([]int, 0, len(c.links))
+	for id := range c.links {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		if l := c.links[id]; !l.reported && !l.downSince.IsZero() && now.Sub(l.downSince) >= c.cfg.ConnGrace {
+			l.reported = true
+			o.notify(Event{Type: EventPeerDown, ID: id})
 		}
 	}
 	return o
@@ -214,15 +251,37 @@ func (c *Core) fail(o *out, err error) {
 	c.phase = PhaseFailed
 	c.err = err
 	c.log.Error().Err(err).Msg("the job failed")
-	if c.IsScheduler() {
+	var tell []int
+	switch {
+	case c.IsScheduler():
 		for _, id := range c.members(message.ServerGroup + message.WorkerGroup) {
-			if _, shared := c.shared[id]; shared {
-				continue
+			if _, shared := c.shared[id]; !shared {
+				tell = append(tell, id)
 			}
-			o.send(NewNotice(id, NoticeAbort, err.Error(), c.nextTS()))
 		}
+	case !errors.As(err, new(*AbortError)):
+		// It found the fault itself: its peers may not have yet.
+		for id := range c.connected {
+			if id != message.Scheduler && id != int(c.me.ID) {
+				tell = append(tell, id)
+			}
+		}
+		slices.Sort(tell)
+	}
+	for _, id := range tell {
+		o.send(NewNotice(id, NoticeAbort, abortReason(err), c.nextTS()))
 	}
 	o.notify(Event{Type: EventFailed, Err: err})
+}
+
+// abortReason is what an abort notice says of err: its cause, not who
+// passed it on.
+func abortReason(err error) string {
+	var a *AbortError
+	if errors.As(err, &a) {
+		return a.Reason
+	}
+	return err.Error()
 }
 
 // DeadNodes returns the nodes not heard from within timeout or found dead:
