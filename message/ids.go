@@ -60,6 +60,17 @@ func DescribeID(id int) string {
 	return fmt.Sprintf("%s %d (node %d)", role, IDToRank(id), id)
 }
 
+// InGroup reports whether nodes of role belong to group (1..7).
+func InGroup(role Role, group int) bool {
+	switch role {
+	case RoleScheduler:
+		return group&Scheduler != 0
+	case RoleServer:
+		return group&ServerGroup != 0
+	}
+	return group&WorkerGroup != 0
+}
+
 // IsGroup reports whether id names a group (1..7) rather than one node.
 func IsGroup(id int) bool { return id >= 1 && id <= 7 }
 

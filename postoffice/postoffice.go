@@ -248,7 +248,7 @@ func (p *Postoffice) Barrier(ctx context.Context, customerID, group int) error {
 	if !p.van.IsReady() {
 		return ErrNotStarted
 	}
-	if !inGroup(p.cfg.Role, group) {
+	if !message.InGroup(p.cfg.Role, group) {
 		return fmt.Errorf("postoffice: a %s is not in barrier group %d", p.cfg.Role, group)
 	}
 	p.barrierMu.Lock()
@@ -274,17 +274,6 @@ func (p *Postoffice) Err() error { return p.van.Err() }
 
 // Failed returns a channel closed when the job fails.
 func (p *Postoffice) Failed() <-chan struct{} { return p.van.Failed() }
-
-func inGroup(role message.Role, group int) bool {
-	switch role {
-	case message.RoleScheduler:
-		return group&message.Scheduler != 0
-	case message.RoleServer:
-		return group&message.ServerGroup != 0
-	default:
-		return group&message.WorkerGroup != 0
-	}
-}
 
 // GetNodeIDs returns the ids of the nodes a group or node id addresses.
 func (p *Postoffice) GetNodeIDs(id int) ([]int, error) {

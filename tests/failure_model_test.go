@@ -58,6 +58,18 @@ func startRow(t *testing.T, netns bool, servers, workers, rounds int, env []stri
 	return r
 }
 
+// killForGood kills victim, a server or a worker, and checks that every
+// other process exits non-zero within the bound, naming it.
+func (r *row) killForGood(t *testing.T, victim *proc) {
+	t.Helper()
+	lost := nodeName(victim.role, rank(t, victim))
+	ref := time.Now()
+	victim.kill()
+	rs := r.h.wait(t, ref, modelBound+10*time.Second)
+	t.Logf("killed %s (%s):%s", victim.name, lost, summary(rs))
+	expectFailed(t, rs, modelBound, lost, victim)
+}
+
 // rank returns the rank a node printed ("[worker 1] working ...").
 func rank(t *testing.T, p *proc) int {
 	t.Helper()
@@ -157,13 +169,7 @@ func TestFaultWorkerKilled(t *testing.T) {
 				env = heartbeatEnv
 			}
 			r := startRow(t, false, 2, 2, rowRounds, env)
-			victim := r.j.workers[1]
-			lost := nodeName("worker", rank(t, victim))
-			ref := time.Now()
-			victim.kill()
-			rs := r.h.wait(t, ref, modelBound+10*time.Second)
-			t.Logf("killed %s (%s):%s", victim.name, lost, summary(rs))
-			expectFailed(t, rs, modelBound, lost, victim)
+			r.killForGood(t, r.j.workers[1])
 		})
 	}
 }
@@ -197,8 +203,9 @@ func TestFaultWorkerReplaced(t *testing.T) {
 }
 
 // Row: a server killed, no replacement: the workers' requests fail naming
-// the server (at once without resending, on the job's failure with it), and
-// every process exits non-zero within the bound.
+// the server (once its connection has been closed for 1 s without
+// resending, on the job's failure with it), and every process exits
+// non-zero within the bound.
 func TestFaultServerKilled(t *testing.T) {
 	for _, resend := range []bool{false, true} {
 		t.Run(fmt.Sprintf("resend=%v", resend), func(t *testing.T) {
@@ -207,13 +214,7 @@ func TestFaultServerKilled(t *testing.T) {
 				env = append([]string{"PS_RESEND=1"}, env...)
 			}
 			r := startRow(t, false, 2, 1, rowRounds, env)
-			victim := r.j.servers[1]
-			lost := nodeName("server", rank(t, victim))
-			ref := time.Now()
-			victim.kill()
-			rs := r.h.wait(t, ref, modelBound+10*time.Second)
-			t.Logf("killed %s (%s):%s", victim.name, lost, summary(rs))
-			expectFailed(t, rs, modelBound, lost, victim)
+			r.killForGood(t, r.j.servers[1])
 		})
 	}
 }

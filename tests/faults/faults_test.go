@@ -141,6 +141,18 @@ func (e *env) waitReal(what string, cond func() bool) {
 	}
 }
 
+// allFailed returns a condition: every node of nodes has failed.
+func allFailed(nodes []*postoffice.Postoffice) func() bool {
+	return func() bool {
+		for _, p := range nodes {
+			if !failed(p) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
 func failed(p *postoffice.Postoffice) bool {
 	select {
 	case <-p.Failed():
@@ -366,14 +378,7 @@ func TestWorkerKilled(t *testing.T) {
 			victim := e.c.Workers[1]
 			e.kill(victim)
 			survivors := without(e.c.All(), victim)
-			took := e.within(bound, "every survivor fails", func() bool {
-				for _, p := range survivors {
-					if !failed(p) {
-						return false
-					}
-				}
-				return true
-			})
+			took := e.within(bound, "every survivor fails", allFailed(survivors))
 			t.Logf("every survivor failed %v after the kill", took)
 			e.expectFailed(survivors, "worker 1 (node 11)")
 			<-e.workers[0].done
@@ -444,14 +449,7 @@ func TestServerKilled(t *testing.T) {
 			victim := e.c.Servers[1]
 			e.kill(victim)
 			survivors := without(e.c.All(), victim)
-			took := e.within(bound, "every survivor fails", func() bool {
-				for _, p := range survivors {
-					if !failed(p) {
-						return false
-					}
-				}
-				return true
-			})
+			took := e.within(bound, "every survivor fails", allFailed(survivors))
 			t.Logf("every survivor failed %v after the kill", took)
 			for i, r := range e.workers {
 				<-r.done
@@ -505,14 +503,7 @@ func TestSchedulerKilled(t *testing.T) {
 	e.waitRounds(3)
 	e.kill(e.c.Scheduler)
 	nodes := append(append([]*postoffice.Postoffice{}, e.c.Servers...), e.c.Workers...)
-	took := e.within(bound, "every node fails", func() bool {
-		for _, p := range nodes {
-			if !failed(p) {
-				return false
-			}
-		}
-		return true
-	})
+	took := e.within(bound, "every node fails", allFailed(nodes))
 	t.Logf("every node failed %v after the kill", took)
 	e.expectFailed(nodes, "scheduler (node 1)")
 }
@@ -624,14 +615,7 @@ func TestLongPartition(t *testing.T) {
 		e.waitRounds(3)
 		cut := e.c.Servers[1]
 		isolate(e, cut)
-		took := e.within(bound, "every node fails", func() bool {
-			for _, p := range e.c.All() {
-				if !failed(p) {
-					return false
-				}
-			}
-			return true
-		})
+		took := e.within(bound, "every node fails", allFailed(e.c.All()))
 		t.Logf("every node failed %v into the partition", took)
 		e.expectFailed(without(e.c.All(), cut), "server 1 (node 10)")
 		e.expectFailed([]*postoffice.Postoffice{cut}, "scheduler (node 1)")
@@ -651,14 +635,7 @@ func TestLinkDownForGood(t *testing.T) {
 				cut, lost = e.c.Scheduler, "scheduler (node 1)"
 			}
 			isolate(e, cut)
-			took := e.within(bound, "every node fails", func() bool {
-				for _, p := range e.c.All() {
-					if !failed(p) {
-						return false
-					}
-				}
-				return true
-			})
+			took := e.within(bound, "every node fails", allFailed(e.c.All()))
 			t.Logf("every node failed %v after the cut", took)
 			e.expectFailed(without(e.c.All(), cut), lost)
 		})

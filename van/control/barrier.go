@@ -35,7 +35,7 @@ func (c *Core) barrier(o *out, msg *message.Message, now time.Time) {
 	sender := int(msg.Meta.Sender)
 	group := int(msg.Meta.Control.BarrierGroup)
 	role, ok := message.RoleOfID(sender)
-	if group < 1 || group > 7 || !ok || c.peers[c.process(sender)] == nil || !inGroup(role, group) {
+	if group < 1 || group > 7 || !ok || c.peers[c.process(sender)] == nil || !message.InGroup(role, group) {
 		c.log.Warn().Str("msg", msg.String()).Msg("dropping a barrier request with a bad group or from a node not in the job")
 		return
 	}
@@ -129,16 +129,6 @@ func releaseOrder(id int) int {
 	return 2
 }
 
-func inGroup(role message.Role, group int) bool {
-	switch role {
-	case message.RoleScheduler:
-		return group&message.Scheduler != 0
-	case message.RoleServer:
-		return group&message.ServerGroup != 0
-	}
-	return group&message.WorkerGroup != 0
-}
-
 // Barrier starts a barrier of customerID on group: the output asks the
 // scheduler (the scheduler counts its own request at once, and may release
 // the barrier in the same call). The caller waits for EventBarrierDone.
@@ -150,7 +140,7 @@ func (c *Core) Barrier(customerID, group int, now time.Time) ([]Output, error) {
 	default:
 		return nil, fmt.Errorf("%w (%s)", ErrNotReady, c.phase)
 	}
-	if group < 1 || group > 7 || !inGroup(c.cfg.Role, group) {
+	if group < 1 || group > 7 || !message.InGroup(c.cfg.Role, group) {
 		return nil, fmt.Errorf("control: a %s is not in barrier group %d", c.cfg.Role, group)
 	}
 	req := message.New()
