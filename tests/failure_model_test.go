@@ -162,13 +162,16 @@ func counts(out string) [][]int {
 // exits non-zero naming the worker. With heartbeats off, the closed
 // connection alone tells.
 func TestFaultWorkerKilled(t *testing.T) {
-	for _, hb := range []bool{true, false} {
-		t.Run(map[bool]string{true: "heartbeats", false: "heartbeats off"}[hb], func(t *testing.T) {
-			var env []string
-			if hb {
-				env = heartbeatEnv
-			}
-			r := startRow(t, false, 2, 2, rowRounds, env)
+	for _, c := range []struct {
+		name string
+		env  []string
+	}{
+		{"heartbeats", heartbeatEnv},
+		{"heartbeats and resend", append([]string{"PS_RESEND=1"}, heartbeatEnv...)},
+		{"heartbeats off", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := startRow(t, false, 2, 2, rowRounds, c.env)
 			r.killForGood(t, r.j.workers[1])
 		})
 	}

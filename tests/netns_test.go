@@ -638,3 +638,18 @@ func TestNetnsKVAppBenchmark(t *testing.T) {
 		})
 	}
 }
+
+// test_kv_app across hosts whose links add delay and lose packets (tc
+// netem): TCP retransmits, the job completes exactly. It skips, saying so,
+// where the kernel has no sch_netem.
+func TestNetnsKVAppNetem(t *testing.T) {
+	h := newHosts(t, 5)
+	for i := 0; i < 5; i++ {
+		h.netem(t, i, "delay", "5ms", "1ms", "loss", "1%")
+	}
+	start := time.Now()
+	h.startJob(t, 2, 2, nil, bin("test_kv_app"))
+	rs := h.wait(t, start, 60*time.Second)
+	t.Logf("test_kv_app, 2 servers and 2 workers on 5 hosts, 5 ms delay and 1%% loss:%s", summary(rs))
+	checkAllOK(t, rs)
+}

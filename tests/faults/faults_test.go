@@ -366,13 +366,16 @@ func (e *env) kill(p *postoffice.Postoffice) { e.net.Kill(testcluster.Addr(p)) }
 // the job and tells everyone: every surviving node fails naming the worker,
 // within the bound; the other worker's requests fail too.
 func TestWorkerKilled(t *testing.T) {
-	for _, hb := range []bool{true, false} {
-		t.Run(fmt.Sprintf("heartbeats=%v", hb), func(t *testing.T) {
-			var tweak func(*postoffice.Config)
-			if hb {
-				tweak = heartbeats(hbTimeout)
-			}
-			e := newEnv(t, 2, 2, tweak)
+	for _, c := range []struct {
+		name  string
+		tweak func(*postoffice.Config)
+	}{
+		{"heartbeats", heartbeats(hbTimeout)},
+		{"heartbeats and resend", both(heartbeats(hbTimeout), resend)},
+		{"heartbeats off", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, 2, 2, c.tweak)
 			e.startWorkers()
 			e.waitRounds(3)
 			victim := e.c.Workers[1]
