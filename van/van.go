@@ -334,10 +334,15 @@ func (v *Van) Stop() error {
 		v.cancel()
 		return v.tr.Close()
 	}
-	if r := v.res.Load(); r != nil && v.Err() == nil && !closed(v.recvDone) {
-		// Let unacknowledged messages (say, the last barrier release) be
-		// resent a few times before the receive loop stops (no ACK can
-		// come once it has: the transport is gone).
+	v.ctlMu.Lock()
+	done := v.core.PassedFinalBarrier() && v.cfg.Role != message.RoleScheduler
+	v.ctlMu.Unlock()
+	if r := v.res.Load(); r != nil && v.Err() == nil && !closed(v.recvDone) && !done {
+		// Let unacknowledged messages (say, the scheduler's last barrier
+		// releases) be resent a few times before the receive loop stops.
+		// Not when no ACK can come (the transport is gone), nor at a
+		// server or worker past its final barrier: every node got there,
+		// so what it sent before has served its purpose.
 		r.drain(r.r.Timeout()*9, v.recvDone)
 	}
 	v.stopping.Store(true)

@@ -50,9 +50,15 @@ func (c *Core) released(o *out, msg *message.Message) {
 	if c.finalizing {
 		c.phase = PhaseDone
 		c.finalizing = false
+		c.passedFinal = true
 	}
 	o.notify(Event{Type: EventBarrierDone, Msg: msg})
 }
+
+// PassedFinalBarrier reports whether the node's final barrier was released:
+// every node of the job got to its Finalize, so whatever this node sent
+// before has served its purpose.
+func (c *Core) PassedFinalBarrier() bool { return c.passedFinal }
 
 // countBarrier counts one request (distinct senders and customers only) and
 // releases the group when every member has asked.

@@ -201,9 +201,10 @@ type Core struct {
 	sched message.Node
 	ts    int32 // for NextTimestamp == nil
 
-	startedAt  time.Time
-	lastBeat   time.Time // last heartbeat sent
-	finalizing bool
+	startedAt   time.Time
+	lastBeat    time.Time // last heartbeat sent
+	finalizing  bool
+	passedFinal bool // the final barrier was released
 
 	peers     map[int]*peer      // by process id; see peer
 	connected map[int]string     // id -> address of each connection made
