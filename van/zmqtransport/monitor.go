@@ -1,18 +1,22 @@
 package zmqtransport
 
 import (
+	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
-	"time"
 
 	zmq "github.com/pebbe/zmq4"
 )
 
 // socketMonitor reads a socket's ZeroMQ events on its own goroutine, which
-// owns the PAIR socket the events arrive on, until stopped.
+// owns the PAIR socket the events arrive on, until monitoring stops.
+//
+// The goroutine ends only on the MONITOR_STOPPED event (or when the context
+// terminates), never on a flag of its own: libzmq sends that event with a
+// blocking send when monitoring stops, and a PAIR socket whose peer has
+// gone blocks such a send for ever, so the reading side must stay open
+// until the event has arrived.
 type socketMonitor struct {
-	stop atomic.Bool
 	done sync.WaitGroup
 }
 
@@ -29,7 +33,6 @@ func monitorSocket(ctx *zmq.Context, sock *zmq.Socket, events zmq.Event, f func(
 		return nil, fmt.Errorf("van: monitor socket: %w", err)
 	}
 	pair.SetLinger(0)
-	pair.SetRcvtimeo(200 * time.Millisecond)
 	if err := pair.Connect(addr); err != nil {
 		pair.Close()
 		return nil, fmt.Errorf("van: connect monitor: %w", err)
@@ -39,10 +42,13 @@ func monitorSocket(ctx *zmq.Context, sock *zmq.Socket, events zmq.Event, f func(
 	go func() {
 		defer m.done.Done()
 		defer pair.Close()
-		for !m.stop.Load() {
+		for {
 			ev, a, v, err := pair.RecvEvent(0)
 			if err != nil {
-				continue // timeout: look at stop again
+				if errors.Is(err, zmq.ETERM) {
+					return
+				}
+				continue // interrupted by a signal
 			}
 			if ev == zmq.EVENT_MONITOR_STOPPED {
 				return
@@ -61,7 +67,6 @@ func (m *socketMonitor) close(sock *zmq.Socket) {
 	if m == nil {
 		return
 	}
-	m.stop.Store(true)
 	sock.Monitor("", 0)
 	m.done.Wait()
 }
