@@ -553,6 +553,12 @@ func (t *Transport) Recv() ([]byte, [][]byte, error) {
 	return frames[0], frames[1:], nil
 }
 
+// writersStopWait bounds how long Close waits for the writers to stop.
+const writersStopWait = 10 * time.Second
+
+// errWritersStuck is Close's error when a writer did not stop in time.
+var errWritersStuck = errors.New("van: a connection's writer did not stop within " + writersStopWait.String())
+
 // Close implements van.Transport. Every writer closes its socket at once
 // (a writer waiting for room notices within pollEvery); terminating the
 // context then waits up to the linger time for unsent messages to peers
@@ -570,7 +576,20 @@ func (t *Transport) Close() error {
 	for _, p := range peers {
 		p.shut()
 	}
-	t.writers.Wait()
+	// The writers notice a shut within pollEvery; should one be stuck in
+	// libzmq all the same, Close gives up on it (and on terminating the
+	// context, which would wait for its socket) rather than hang Finalize.
+	stopped := make(chan struct{})
+	go func() {
+		t.writers.Wait()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(writersStopWait):
+		t.opts.Log.Error().Dur("waited", writersStopWait).Msg("van: a connection's writer did not stop; closing without releasing ZeroMQ's context")
+		return errWritersStuck
+	}
 	if t.guard != nil {
 		t.guard.unwatch()
 	}
