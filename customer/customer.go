@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -24,11 +25,13 @@ type Customer struct {
 	queue      *Queue
 	tracker    *Tracker
 	log        zerolog.Logger
-	done       chan struct{} // closed when the receive goroutine exits
+	dropLog    zerolog.Logger // log, rate-limited, for dropped messages
+	done       chan struct{}  // closed when the receive goroutine exits
 	stopOnce   sync.Once
 	resume     chan struct{} // closed when a paused customer may start handling
 	resumeOnce sync.Once
 	nodeDown   atomic.Pointer[func(id int)]
+	filter     atomic.Pointer[func(msg *message.Message) error]
 	resumed    atomic.Bool // handling has started (see StartPaused)
 }
 
@@ -42,6 +45,13 @@ func (c *Customer) NodeDown(id int) {
 		(*f)(id)
 	}
 }
+
+// SetFilter sets a check run on every message before it is handled: a
+// message it returns an error for is dropped (with a rate-limited warning
+// giving the error) and, if a response, not counted. Applications use it to
+// accept requests only from the nodes that may send them and responses only
+// from the nodes a request went to.
+func (c *Customer) SetFilter(f func(msg *message.Message) error) { c.filter.Store(&f) }
 
 // Option configures a Customer.
 type Option func(*Customer)
@@ -68,6 +78,7 @@ func New(appID, customerID int, handle Handler, log zerolog.Logger, opts ...Opti
 		queue:      NewQueue(),
 		tracker:    NewTracker(),
 		log:        log.With().Int("app", appID).Int("customer", customerID).Logger(),
+		dropLog:    log.With().Int("app", appID).Int("customer", customerID).Logger().Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Second}),
 		done:       make(chan struct{}),
 	}
 	for _, o := range opts {
@@ -163,8 +174,14 @@ func (c *Customer) receive() {
 // request.
 func (c *Customer) run(msg *message.Message) {
 	if !msg.Meta.Request && !c.tracker.Pending(int(msg.Meta.Timestamp)) {
-		c.log.Warn().Stringer("msg", msg).Msg("dropping a response nobody waits for")
+		c.dropLog.Warn().Stringer("msg", msg).Msg("dropping a response nobody waits for")
 		return
+	}
+	if f := c.filter.Load(); f != nil {
+		if err := (*f)(msg); err != nil {
+			c.dropLog.Warn().Err(err).Stringer("msg", msg).Msg("dropping a message")
+			return
+		}
 	}
 	c.handle(msg)
 	if !msg.Meta.Request {

@@ -1,11 +1,15 @@
 package kv
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
+	"github.com/rs/zerolog"
+
 	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/postoffice"
+	"github.com/gopslite/pslite/van"
 )
 
 // KVMeta describes a request as the server's handle sees it.
@@ -28,8 +32,9 @@ type ReqHandle[V message.Value] func(meta KVMeta, data KVPairs[V], server *KVSer
 type KVServer[V message.Value] struct {
 	*SimpleApp
 
-	mu     sync.RWMutex // guards handle
-	handle ReqHandle[V]
+	mu      sync.RWMutex // guards handle
+	handle  ReqHandle[V]
+	dropLog zerolog.Logger // rate-limited, for refused requests
 }
 
 // NewKVServer registers a server as customer (appID, appID), the way C++
@@ -40,6 +45,8 @@ func NewKVServer[V message.Value](po *postoffice.Postoffice, appID int) (*KVServ
 	if err := s.register(appID, appID, s.process); err != nil {
 		return nil, err
 	}
+	s.cust.SetFilter(acceptAtServer)
+	s.dropLog = van.RateLimited(po.Logger())
 	return s, nil
 }
 
@@ -104,6 +111,42 @@ func (s *KVServer[V]) response(req KVMeta, res KVPairs[V], zeroCopy bool) error 
 	return s.po.Send(msg)
 }
 
+// errorBody starts the body of a response that refuses a request; the rest
+// says why. C++ ps-lite has no such answer (its worker counts it as an empty
+// response); a Go worker fails the request with the reason.
+const errorBody = "pslite:error "
+
+// acceptAtServer lets in SimpleApp messages and, of KV messages, only
+// requests from workers.
+func acceptAtServer(msg *message.Message) error {
+	switch {
+	case msg.Meta.SimpleApp:
+		return nil
+	case !msg.Meta.Request:
+		return errors.New("a KV response sent to a server")
+	case !message.IsWorkerID(int(msg.Meta.Sender)):
+		return fmt.Errorf("a KV request from %s, which is not a worker", message.DescribeID(int(msg.Meta.Sender)))
+	}
+	return nil
+}
+
+// refuse answers req with an error instead of values.
+func (s *KVServer[V]) refuse(req KVMeta, err error) {
+	msg := message.New()
+	msg.Meta.AppID = int32(s.cust.AppID())
+	msg.Meta.CustomerID = int32(req.CustomerID)
+	msg.Meta.Push = req.Push
+	msg.Meta.Pull = req.Pull
+	msg.Meta.Head = int32(req.Cmd)
+	msg.Meta.Timestamp = int32(req.Timestamp)
+	msg.Meta.Recver = int32(req.Sender)
+	msg.Meta.Body = []byte(errorBody + err.Error())
+	if err := s.po.Send(msg); err != nil {
+		l := s.po.Logger()
+		l.Debug().Err(err).Msg("refusal not sent")
+	}
+}
+
 func (s *KVServer[V]) process(msg *message.Message) {
 	if msg.Meta.SimpleApp {
 		s.SimpleApp.process(msg)
@@ -123,8 +166,8 @@ func (s *KVServer[V]) process(msg *message.Message) {
 	}
 	data, err := decodeKVs[V](msg, msg.Meta.Push)
 	if err != nil {
-		l := s.po.Logger()
-		l.Warn().Err(err).Str("msg", msg.String()).Msg("dropping a malformed KV request")
+		s.dropLog.Warn().Err(err).Str("msg", msg.String()).Msg("refusing a malformed KV request")
+		s.refuse(meta, err)
 		return
 	}
 	s.mu.RLock()

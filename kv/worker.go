@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/rs/zerolog"
@@ -75,8 +76,31 @@ func NewKVWorker[V message.Value](po *postoffice.Postoffice, appID, customerID i
 		return nil, err
 	}
 	w.cust.SetNodeDownHandler(w.nodeDown)
+	w.cust.SetFilter(w.accept)
 	w.cust.Resume()
 	return w, nil
+}
+
+// accept lets in SimpleApp messages and, of KV messages, only responses
+// from a server that request still waits on: a request, a response from a
+// node the request did not go to, or a second response from the same
+// server is dropped.
+func (w *KVWorker[V]) accept(msg *message.Message) error {
+	if msg.Meta.SimpleApp {
+		return nil
+	}
+	if msg.Meta.Request {
+		return errors.New("a KV request sent to a worker")
+	}
+	sender := int(msg.Meta.Sender)
+	w.mu.Lock()
+	ranks, ok := w.waiting[int(msg.Meta.Timestamp)]
+	waits := ok && message.IsServerID(sender) && slices.Contains(ranks, message.IDToRank(sender))
+	w.mu.Unlock()
+	if !waits {
+		return fmt.Errorf("request %d does not wait for a response from %s", msg.Meta.Timestamp, message.DescribeID(sender))
+	}
+	return nil
 }
 
 // nodeDown fails the requests still waiting on server id.
@@ -315,6 +339,13 @@ func (w *KVWorker[V]) process(msg *message.Message) {
 		}
 	}
 	w.mu.Unlock()
+	if text, ok := strings.CutPrefix(string(msg.Meta.Body), errorBody); ok {
+		err := fmt.Errorf("kv: %s refused request %d: %s", message.DescribeID(int(msg.Meta.Sender)), ts, text)
+		w.log().Warn().Err(err).Msg("failing the request")
+		w.dropRequest(ts)
+		w.cust.Tracker().Fail(ts, err)
+		return
+	}
 	if msg.Meta.Pull {
 		kvs, err := decodeKVs[V](msg, true)
 		if err == nil && len(kvs.Keys) == 0 {
@@ -414,6 +445,12 @@ func decodeKVs[V message.Value](msg *message.Message, withVals bool) (KVPairs[V]
 	}
 	if n < 2 || n > 3 {
 		return kvs, fmt.Errorf("%d data frames (want keys, values and optional lens)", n)
+	}
+	want := []message.DataType{message.Uint64, message.TypeOf[V](), message.Int32}
+	for i := range n {
+		if got := msg.Meta.DataTypes[i]; !message.Compatible(got, want[i]) {
+			return kvs, fmt.Errorf("%s frame tagged %v, want %v", [...]string{"keys", "values", "lens"}[i], got, want[i])
+		}
 	}
 	var err error
 	if kvs.Keys, err = message.Values[uint64](msg.Data[0]); err != nil {

@@ -42,6 +42,17 @@ type Value interface {
 	int8 | int16 | int32 | int64 | uint8 | uint16 | uint32 | uint64 | float32 | float64
 }
 
+// Compatible reports whether a frame tagged got can be read as values
+// tagged want: the same type, or any two one-byte types (C++ tags char
+// values CHAR or OTHER, which Go reads as int8 or uint8).
+func Compatible(got, want DataType) bool {
+	if got == want {
+		return true
+	}
+	oneByte := func(d DataType) bool { return d == Char || d == Int8 || d == Uint8 || d == Other }
+	return oneByte(got) && oneByte(want)
+}
+
 // TypeOf returns the DataType tag for V.
 func TypeOf[V Value]() DataType {
 	var v V

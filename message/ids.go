@@ -71,6 +71,21 @@ func InGroup(role Role, group int) bool {
 	return group&WorkerGroup != 0
 }
 
+// IsMember reports whether id names a node of a job with the given numbers
+// of servers and workers: the scheduler, a server rank below numServers or
+// a worker rank below numWorkers.
+func IsMember(id, numServers, numWorkers int) bool {
+	switch {
+	case id == Scheduler:
+		return true
+	case IsServerID(id):
+		return IDToRank(id) < numServers
+	case IsWorkerID(id):
+		return IDToRank(id) < numWorkers
+	}
+	return false
+}
+
 // IsGroup reports whether id names a group (1..7) rather than one node.
 func IsGroup(id int) bool { return id >= 1 && id <= 7 }
 

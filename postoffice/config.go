@@ -31,6 +31,10 @@ type Config struct {
 	// WaterMark is the send high-water mark (DMLC_PS_WATER_MARK), 0 for
 	// ZeroMQ's default.
 	WaterMark int
+	// MaxMessageBytes bounds a received message (PS_MAX_MESSAGE_MB,
+	// default 1024 MiB): a larger one is dropped, and a sender of a larger
+	// frame disconnected. Zero means the transport's default.
+	MaxMessageBytes int64
 	// Kubernetes makes the scheduler bind every interface (DMLC_USE_KUBERNETES).
 	Kubernetes bool
 	// Verbose is the log level: 0 warnings, 1 progress, 2 every message (PS_VERBOSE).
@@ -118,6 +122,7 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	c.Port = intVar("PORT", 0, 0, 65535, false)
 	c.Local = intVar("DMLC_LOCAL", 0, 0, 1<<30, false) != 0
 	c.WaterMark = intVar("DMLC_PS_WATER_MARK", 0, 0, 1<<30, false)
+	c.MaxMessageBytes = int64(intVar("PS_MAX_MESSAGE_MB", 1024, 1, 1<<20, false)) << 20
 	c.Kubernetes = intVar("DMLC_USE_KUBERNETES", 0, 0, 1<<30, false) != 0
 	c.Verbose = intVar("PS_VERBOSE", 0, 0, 100, false)
 	c.HeartbeatInterval = time.Duration(intVar("PS_HEARTBEAT_INTERVAL", 0, 0, 1<<20, false)) * time.Second

@@ -91,6 +91,7 @@ func TestConfigComplete(t *testing.T) {
 		SetRankEnv:       true,
 		ResendTimeout:    time.Second,
 		ResendMaxRetry:   20,
+		MaxMessageBytes:  1 << 30,
 	}
 	if c != want {
 		t.Fatalf("config\n got %+v\nwant %+v", c, want)

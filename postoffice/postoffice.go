@@ -15,8 +15,12 @@ import (
 	"github.com/gopslite/pslite/van"
 )
 
-// maxPending bounds the messages held for customers that do not exist yet.
-const maxPending = 100000
+// maxPending and maxPendingBytes bound the messages held for customers that
+// do not exist yet, in number and in bytes of data.
+const (
+	maxPending      = 100000
+	maxPendingBytes = 32 << 20
+)
 
 // DefaultRecoveryWait is how long the scheduler waits for a dead node's
 // replacement when Config.RecoveryWait is zero.
@@ -56,6 +60,8 @@ type Postoffice struct {
 	customers map[[2]int]*customer.Customer
 	pending   map[[2]int][]*message.Message
 	npending  int
+	pendingB  int // bytes of data in pending
+	dropLog   zerolog.Logger
 	exitCbs   []func()
 
 	barrierMu sync.Mutex    // guards barrierCh
@@ -83,6 +89,7 @@ func New(cfg Config, opts ...Option) (*Postoffice, error) {
 	p := &Postoffice{
 		cfg:       cfg,
 		log:       log,
+		dropLog:   van.RateLimited(log),
 		customers: make(map[[2]int]*customer.Customer),
 		pending:   make(map[[2]int][]*message.Message),
 		barrierCh: make(chan struct{}),
@@ -338,10 +345,20 @@ func (p *Postoffice) NewCustomer(appID, customerID int, h customer.Handler, opts
 	p.customers[key] = c
 	for _, m := range p.pending[key] {
 		c.Enqueue(m) // not handled here: p.mu is held
+		p.pendingB -= dataBytes(m)
 	}
 	p.npending -= len(p.pending[key])
 	delete(p.pending, key)
 	return c, nil
+}
+
+// dataBytes returns the size of msg's data frames.
+func dataBytes(msg *message.Message) int {
+	n := 0
+	for _, f := range msg.Data {
+		n += len(f)
+	}
+	return n
 }
 
 // HeldMessages returns how many received messages wait for customers that
@@ -383,13 +400,17 @@ func (h *handler) HandleData(msg *message.Message) {
 	p.mu.Lock()
 	c := p.customers[key]
 	if c == nil {
-		if p.npending >= maxPending {
+		size := dataBytes(msg)
+		if p.npending >= maxPending || p.pendingB+size > maxPendingBytes {
 			p.mu.Unlock()
-			p.log.Warn().Str("msg", msg.String()).Msg("dropping a message for a customer that does not exist")
+			p.dropLog.Warn().Str("from", message.DescribeID(int(msg.Meta.Sender))).Str("msg", msg.String()).
+				Int("held", maxPending).Int("held_bytes", maxPendingBytes).
+				Msg("dropping a message for a customer that does not exist: too much is held for missing customers already")
 			return
 		}
 		p.pending[key] = append(p.pending[key], msg)
 		p.npending++
+		p.pendingB += size
 		p.mu.Unlock()
 		p.log.Debug().Int("app", key[0]).Int("customer", key[1]).Msg("holding a message until its customer exists")
 		return

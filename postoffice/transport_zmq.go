@@ -18,5 +18,7 @@ func defaultTransport(cfg Config, log zerolog.Logger) (van.Transport, error) {
 		BindAll:   cfg.Kubernetes && cfg.Role == message.RoleScheduler,
 		Curve:     cfg.Curve,
 		Log:       log,
+
+		MaxMessageBytes: cfg.MaxMessageBytes,
 	})
 }

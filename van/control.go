@@ -31,7 +31,11 @@ func (v *Van) applyLocked(outs []control.Output) []control.Event {
 	for _, o := range outs {
 		switch o.Kind {
 		case control.Send:
-			if _, err := v.post(o.Msg); err != nil {
+			post := v.post
+			if o.Once {
+				post = v.trySend
+			}
+			if _, err := post(o.Msg); err != nil {
 				v.log.Debug().Err(err).Str("msg", o.Msg.String()).Msg("control message not sent")
 			}
 		case control.Connect:

@@ -49,6 +49,10 @@ func (v *Van) receive() bool {
 			if errors.Is(err, ErrClosed) {
 				return true
 			}
+			if errors.Is(err, ErrOversized) {
+				v.dropLog.Warn().Err(err).Msg("dropping a message")
+				continue
+			}
 			v.log.Error().Err(err).Msg("receive failed")
 			if v.stopping.Load() {
 				return true
@@ -57,7 +61,10 @@ func (v *Van) receive() bool {
 		}
 		msg, err := v.decode(ident, frames)
 		if err != nil {
-			v.log.Warn().Err(err).Msg("dropping a malformed message")
+			v.dropLog.Warn().Err(err).Str("from", describeIdentity(ident)).Msg("dropping a malformed message")
+			continue
+		}
+		if !v.fromMember(msg) {
 			continue
 		}
 		if d := v.dropRate.Load(); d > 0 && v.IsReady() && msg.Meta.Control.Cmd != message.CmdTerminate && v.rng.IntN(100) < int(d) {
@@ -71,7 +78,7 @@ func (v *Van) receive() bool {
 			if len(v.early) < maxEarly {
 				v.early = append(v.early, msg)
 			} else {
-				v.log.Warn().Str("msg", msg.String()).Msg("dropping a data message that came before the node joined")
+				v.dropLog.Warn().Str("msg", msg.String()).Msg("dropping a data message that came before the node joined")
 			}
 			continue
 		}
@@ -151,8 +158,8 @@ func (v *Van) handle(msg *message.Message) verdict {
 		}
 		return goOn
 	}
-	if msg.Meta.Sender == emptyID || msg.Meta.AppID == emptyID {
-		v.log.Warn().Str("msg", msg.String()).Msg("dropping a data message from an unknown sender or without app id")
+	if msg.Meta.AppID == emptyID {
+		v.dropLog.Warn().Str("msg", msg.String()).Msg("dropping a data message without app id")
 		return goOn
 	}
 	if !v.dispatch(msg) {
@@ -199,6 +206,38 @@ func (v *Van) watchHandlers() {
 			go v.receiveLoop()
 		}
 	}
+}
+
+// fromMember reports whether msg comes from a node of the job: its sender
+// identity names the scheduler, a server or a worker of the job's size. The
+// only messages without an identity that count are ADD_NODE requests, by
+// which nodes join, ACKs (a C++ node acknowledges the node list before it
+// reconnects with its identity) and a node's TERMINATE to itself before it
+// has an id (honoured only while it stops). Anything else is dropped here, before it
+// is acknowledged, deduplicated or handled.
+func (v *Van) fromMember(msg *message.Message) bool {
+	sender := int(msg.Meta.Sender)
+	if sender == emptyID {
+		if cmd := msg.Meta.Control.Cmd; cmd == message.CmdAddNode || cmd == message.CmdAck || cmd == message.CmdTerminate {
+			return true
+		}
+		v.dropLog.Warn().Str("msg", msg.String()).Msg("dropping a message from a sender without a node identity")
+		return false
+	}
+	if !message.IsMember(sender, v.cfg.NumServers, v.cfg.NumWorkers) {
+		v.dropLog.Warn().Str("from", message.DescribeID(sender)).Str("msg", msg.String()).
+			Msgf("dropping a message from a node that is not in this job of %d servers and %d workers", v.cfg.NumServers, v.cfg.NumWorkers)
+		return false
+	}
+	return true
+}
+
+// describeIdentity names a sender by its ZeroMQ identity, for logs.
+func describeIdentity(ident []byte) string {
+	if id := ParseIdentity(ident); id != emptyID {
+		return message.DescribeID(int(id))
+	}
+	return fmt.Sprintf("identity %q", ident)
 }
 
 func (v *Van) decode(ident []byte, frames [][]byte) (*message.Message, error) {

@@ -22,6 +22,11 @@ var ErrWouldBlock = errors.New("van: send would block")
 // ErrClosed is returned by a transport that has been closed.
 var ErrClosed = errors.New("van: transport closed")
 
+// ErrOversized is returned (wrapped) by Transport.Recv for a message that
+// had more frames or bytes than the transport accepts; the message is
+// dropped and receiving goes on.
+var ErrOversized = errors.New("van: message too large")
+
 // ErrPeerClosed is returned by a Send that was waiting for room when the
 // connection it waited on was replaced or closed.
 var ErrPeerClosed = errors.New("van: connection closed while sending")

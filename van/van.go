@@ -114,6 +114,7 @@ type Van struct {
 	tr      Transport
 	handler Handler
 	log     zerolog.Logger
+	dropLog zerolog.Logger // log, rate-limited: for messages dropped as bad or foreign
 	clock   Clock
 
 	// ctx is cancelled when the van stops or the job fails; sends waiting
@@ -176,6 +177,7 @@ func New(cfg Config, tr Transport, h Handler, log zerolog.Logger) (*Van, error) 
 		tr:       tr,
 		handler:  h,
 		log:      log,
+		dropLog:  RateLimited(log),
 		clock:    cfg.Clock,
 		ready:    make(chan struct{}),
 		failed:   make(chan struct{}),
@@ -216,6 +218,13 @@ func New(cfg Config, tr Transport, h Handler, log zerolog.Logger) (*Van, error) 
 	}
 	v.dropRate.Store(int32(cfg.DropRate))
 	return v, nil
+}
+
+// RateLimited returns log limited to a burst of 10 lines a second, for
+// warnings about input from the network: a flood of bad messages must not
+// become a flood of log lines.
+func RateLimited(log zerolog.Logger) zerolog.Logger {
+	return log.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Second})
 }
 
 // MyNode returns this node's description; its ID is Empty until the van is ready.

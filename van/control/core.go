@@ -138,6 +138,7 @@ const (
 type Output struct {
 	Kind     OutputKind
 	Msg      *message.Message // Send
+	Once     bool             // Send: once, never resent (to a node outside the job)
 	Node     message.Node     // Connect
 	Identity string           // Connect
 	ID       int              // Disconnect
@@ -217,6 +218,7 @@ type Core struct {
 	barriers    [8]map[barrierKey]bool // barrier requests counted per group
 	lastBarrier [8]*message.Message    // the last request counted per group
 	waiting     []waiter
+	refusals    int // ADD_NODE requests refused
 }
 
 // New returns the core of the node cfg describes.

@@ -2,6 +2,7 @@ package control
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -587,5 +588,84 @@ func TestNotices(t *testing.T) {
 	plain.Meta.Control.Cmd = message.CmdHeartbeat
 	if _, _, ok := ParseNotice(plain); ok {
 		t.Error("a plain heartbeat parsed as a notice")
+	}
+}
+
+// A node that registers once the job is full, while no node of its role
+// looks dead, is refused within ConnGrace and told why; the job goes on
+// undisturbed. With heartbeats off this holds long after the start (no
+// node dies by default after a timeout), which is how a second job
+// started on the same scheduler port by mistake used to take over nodes
+// of the first.
+func TestStrayNodeIsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		tweak func(*Config)
+		wait  time.Duration
+	}{
+		{"heartbeats off, at once", nil, 0},
+		{"heartbeats off, after 90s", nil, 90 * time.Second},
+		{"heartbeats on", heartbeatsOn, 20 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSim(t, 2, 2, tc.tweak)
+			s.startAll()
+			s.tick(tc.wait, 500*time.Millisecond)
+			stray := s.add("stray", message.RoleWorker, "10.0.9.9:5000", 2, 2)
+			s.start(stray)
+			s.deliver()
+			s.tick(2*time.Second, 100*time.Millisecond)
+			e := stray.has(EventFailed)
+			if e == nil {
+				t.Fatalf("stray: phase %v, not refused", stray.core.Phase())
+			}
+			var abort *AbortError
+			if !errors.As(e.Err, &abort) || !strings.Contains(abort.Reason, "refused") || !strings.Contains(abort.Reason, "full") {
+				t.Errorf("stray failed with %v, want a refusal that says the job is full", e.Err)
+			}
+			for _, n := range s.nodes {
+				if n != stray && (n.has(EventFailed) != nil || n.has(EventNodeReplaced) != nil || n.has(EventNodeDead) != nil) {
+					t.Errorf("%s disturbed: %v", n.name, n.events)
+				}
+			}
+			names := []string{"scheduler", "server0", "server1", "worker0", "worker1"}
+			s.barrier(message.AllGroup, names...)
+			for _, name := range names {
+				if s.node(name).count(EventBarrierDone) == 0 {
+					t.Errorf("%s: barrier not released after the refusal", name)
+				}
+			}
+		})
+	}
+}
+
+// Refusals reuse a few connections: a flood of strays never makes the
+// scheduler hold more than refusalConns extra connections.
+func TestRefusalsHoldFewConnections(t *testing.T) {
+	s := newSim(t, 1, 1, nil)
+	s.startAll()
+	for i := range 50 {
+		stray := s.add(fmt.Sprintf("stray%d", i), message.RoleServer, fmt.Sprintf("10.0.9.%d:5000", i), 1, 1)
+		s.start(stray)
+	}
+	s.deliver()
+	s.tick(2*time.Second, 100*time.Millisecond)
+	extra := 0
+	for id := range s.node("scheduler").conns {
+		if id < 0 {
+			extra++
+		}
+	}
+	if extra > refusalConns {
+		t.Errorf("scheduler holds %d refusal connections, want at most %d", extra, refusalConns)
+	}
+	refused := 0
+	for _, n := range s.nodes {
+		if strings.HasPrefix(n.name, "stray") && n.has(EventFailed) != nil {
+			refused++
+		}
+	}
+	if refused == 0 {
+		t.Error("no stray was told it was refused")
 	}
 }

@@ -21,6 +21,14 @@ type waiter struct {
 // maxWaiting bounds the waiting list.
 const maxWaiting = 64
 
+// Refused nodes are told through connections of their own, under the
+// transport ids refusalID-0 .. refusalID-(refusalConns-1), reused in turn,
+// so that refusals never hold more than refusalConns connections.
+const (
+	refusalID    = -1000
+	refusalConns = 8
+)
+
 // SetPort records the port this node bound, before Start.
 func (c *Core) SetPort(port int) {
 	if !c.IsScheduler() {
@@ -251,7 +259,8 @@ func (c *Core) process(id int) int {
 
 // recoverOrWait lets n take the id of a dead node of its role, or puts it
 // on the waiting list until one is declared dead (a restarted process often
-// registers before its predecessor is found dead).
+// registers before its predecessor is found dead). checkMembers refuses it
+// if, after ConnGrace, no node of its role looks dead.
 func (c *Core) recoverOrWait(o *out, n message.Node, now time.Time) {
 	if id := c.deadOfRole(n.Role); id != 0 {
 		c.replace(o, id, n, now)
@@ -264,11 +273,40 @@ func (c *Core) recoverOrWait(o *out, n message.Node, now time.Time) {
 		}
 	}
 	if len(c.waiting) >= maxWaiting {
-		c.log.Warn().Str("node", n.String()).Msg("refusing ADD_NODE: the job is full and too many nodes wait to replace a dead one")
+		c.refuse(o, n, "the job is full and too many nodes wait to replace a dead one")
 		return
 	}
 	c.log.Info().Str("node", n.String()).Msg("the job is full: the node waits until a node of its role is declared dead")
 	c.waiting = append(c.waiting, waiter{node: n, since: now})
+}
+
+// suspectOfRole reports whether the scheduler has evidence that a server or
+// worker of the role may be dead: its connection is down, or heartbeats are
+// on and it has missed two. Only then may a newcomer wait for its place.
+func (c *Core) suspectOfRole(role message.Role, now time.Time) bool {
+	for _, p := range c.peers {
+		if p.node.Role != role || p.dead || p.left {
+			continue
+		}
+		if c.cfg.ConnEvents && !p.connUp && !p.downSince.IsZero() {
+			return true
+		}
+		if c.heartbeats() && now.Sub(p.lastHeard) > 2*c.cfg.HeartbeatInterval {
+			return true
+		}
+	}
+	return false
+}
+
+// refuse turns n away and tells it why: an abort notice over a connection
+// of its own, sent once (n is not in the job, and acknowledges nothing).
+func (c *Core) refuse(o *out, n message.Node, reason string) {
+	c.log.Warn().Str("node", n.String()).Str("reason", reason).Msg("refusing ADD_NODE")
+	slot := refusalID - c.refusals%refusalConns
+	c.refusals++
+	n.ID = int32(slot)
+	*o = append(*o, Output{Kind: Connect, Node: n, Identity: Identity(int(c.me.ID))})
+	*o = append(*o, Output{Kind: Send, Once: true, Msg: NewNotice(slot, NoticeAbort, "refused: "+reason, c.nextTS())})
 }
 
 // deadOfRole returns the lowest id of a dead or departed, unreplaced node

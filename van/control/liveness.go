@@ -225,8 +225,13 @@ func (c *Core) checkMembers(o *out, now time.Time) {
 			c.replace(o, id, w.node, now)
 			continue
 		}
+		if now.Sub(w.since) >= c.cfg.ConnGrace && !c.suspectOfRole(w.node.Role, now) {
+			c.refuse(o, w.node, fmt.Sprintf("the job at %s:%d is full (%d servers, %d workers) and no %s looks dead",
+				c.me.Hostname, c.me.Port, c.cfg.NumServers, c.cfg.NumWorkers, w.node.Role))
+			continue
+		}
 		if now.Sub(w.since) > ttl {
-			c.log.Warn().Str("node", w.node.String()).Dur("waited", now.Sub(w.since)).Msg("refusing ADD_NODE: no node of its role died")
+			c.refuse(o, w.node, fmt.Sprintf("no %s of the job died within %v", w.node.Role, ttl))
 			continue
 		}
 		waiting = append(waiting, w)

@@ -45,9 +45,25 @@ type Options struct {
 	// Curve, when set, encrypts and authenticates every connection with
 	// the job's CURVE key pair.
 	Curve *van.CurveKeys
+	// MaxMessageBytes bounds the bytes of one received message (a frame
+	// beyond it makes ZeroMQ drop the sender's connection; frames that add
+	// up beyond it drop the message); 0 means DefaultMaxMessageBytes.
+	MaxMessageBytes int64
+	// MaxFrames bounds the frames of one received message (beyond it the
+	// message is dropped); 0 means DefaultMaxFrames.
+	MaxFrames int
 	// Log receives the transport's own warnings (refused connections).
 	Log zerolog.Logger
 }
+
+// DefaultMaxMessageBytes is the default bound on a received message: 1 GiB,
+// eight times test_kv_app_benchmark's push of 10 million keys.
+const DefaultMaxMessageBytes = 1 << 30
+
+// DefaultMaxFrames is the default bound on the frames of a received
+// message. ps-lite's messages have an identity, a meta and at most a few
+// data frames (keys, values, lens).
+const DefaultMaxFrames = 64
 
 // Transport is the ZeroMQ transport of C++ ps-lite: one ROUTER socket
 // receives from every peer and one DEALER socket per peer sends to it.
@@ -123,6 +139,12 @@ func New(opts Options) (*Transport, error) {
 	if opts.QueueLimit <= 0 {
 		opts.QueueLimit = 1024
 	}
+	if opts.MaxMessageBytes <= 0 {
+		opts.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if opts.MaxFrames <= 0 {
+		opts.MaxFrames = DefaultMaxFrames
+	}
 	ctx, err := zmq.NewContext()
 	if err != nil {
 		return nil, fmt.Errorf("van: create zmq context: %w", err)
@@ -183,6 +205,10 @@ func (t *Transport) Bind(host string, port, maxRetry int) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("van: create receiver socket: %w", err)
 	}
+	if err := sock.SetMaxmsgsize(t.opts.MaxMessageBytes); err != nil {
+		sock.Close()
+		return 0, fmt.Errorf("van: set the largest message: %w", err)
+	}
 	if err := sock.SetRcvtimeo(t.opts.RecvTimeout); err != nil {
 		sock.Close()
 		return 0, fmt.Errorf("van: receive timeout: %w", err)
@@ -230,7 +256,7 @@ func (t *Transport) Bind(host string, port, maxRetry int) (int, error) {
 		}
 		t.router, t.boundAt = sock, t.endpoint(host, port)
 		if h := rawSocket(sock); h != nil {
-			t.reader = newFrameReader(h)
+			t.reader = newFrameReader(h, t.opts.MaxFrames, t.opts.MaxMessageBytes)
 		}
 		return port, nil
 	}
@@ -537,6 +563,9 @@ func (t *Transport) Recv() ([]byte, [][]byte, error) {
 		frames, err = t.reader.recv()
 	} else {
 		frames, err = t.router.RecvMessageBytes(0)
+		if err == nil {
+			err = checkSize(frames, t.opts.MaxFrames, t.opts.MaxMessageBytes)
+		}
 	}
 	if err != nil {
 		if errors.Is(err, zmq.Errno(syscall.EAGAIN)) {

@@ -8,6 +8,7 @@ package zmqtransport
 import "C"
 
 import (
+	"fmt"
 	"reflect"
 	"runtime"
 	"runtime/cgo"
@@ -15,6 +16,8 @@ import (
 	"unsafe"
 
 	zmq "github.com/pebbe/zmq4"
+
+	"github.com/gopslite/pslite/van"
 )
 
 // pebbe/zmq4 copies every frame between Go and C memory, and zeroes each
@@ -94,24 +97,38 @@ func pslite_release_frame(h C.uintptr_t) {
 // frameReader receives whole messages from one socket. It belongs to the
 // socket's owner.
 type frameReader struct {
-	h unsafe.Pointer
-	f *C.pslite_frame // C memory, reused for every frame
+	h         unsafe.Pointer
+	f         *C.pslite_frame // C memory, reused for every frame
+	maxFrames int
+	maxBytes  int64
 }
 
-func newFrameReader(h unsafe.Pointer) *frameReader {
+func newFrameReader(h unsafe.Pointer, maxFrames int, maxBytes int64) *frameReader {
 	f := (*C.pslite_frame)(C.malloc(C.sizeof_pslite_frame))
 	C.zmq_msg_init(&f.msg)
-	return &frameReader{h: h, f: f}
+	return &frameReader{h: h, f: f, maxFrames: maxFrames, maxBytes: maxBytes}
 }
 
 // recv returns the frames of the next message; its errors are
-// pebbe/zmq4's (zmq.Errno).
+// pebbe/zmq4's (zmq.Errno), or van.ErrOversized for a message with more
+// frames or bytes than the reader accepts, which it reads to its end
+// without keeping it.
 func (r *frameReader) recv() ([][]byte, error) {
 	frames := make([][]byte, 0, 4) // identity, meta, keys, values: most messages
+	count, size := 0, int64(0)
 	for {
 		n := C.pslite_recv_frame(r.h, r.f, 0)
 		if n < 0 {
 			return nil, zmq.Errno(-n)
+		}
+		count++
+		size += int64(n)
+		if count > r.maxFrames+1 || size > r.maxBytes { // +1: the identity
+			frames = frames[:min(len(frames), 1)] // keep the identity, for the error
+			if r.f.more == 0 {
+				return nil, oversized(frames, count-1, size)
+			}
+			continue
 		}
 		frames = append(frames, copyFrame(r.f.data, int(n)))
 		if n >= zeroCopyMin {
@@ -124,6 +141,29 @@ func (r *frameReader) recv() ([][]byte, error) {
 			return frames, nil
 		}
 	}
+}
+
+// checkSize returns van.ErrOversized when a received message (identity
+// first) has more than maxFrames frames or maxBytes bytes.
+func checkSize(frames [][]byte, maxFrames int, maxBytes int64) error {
+	size := int64(0)
+	for _, f := range frames {
+		size += int64(len(f))
+	}
+	if len(frames) > maxFrames+1 || size > maxBytes {
+		return oversized(frames, len(frames)-1, size)
+	}
+	return nil
+}
+
+// oversized describes a message dropped for its size; received holds its
+// sender's identity, if known.
+func oversized(received [][]byte, frames int, size int64) error {
+	from := "a sender without identity"
+	if len(received) > 0 && len(received[0]) > 0 {
+		from = fmt.Sprintf("identity %q", received[0])
+	}
+	return fmt.Errorf("%w: %d frames, %d bytes from %s", van.ErrOversized, frames, size, from)
 }
 
 // copyChunk bounds each copy of a large frame. A copy is one memmove, which
