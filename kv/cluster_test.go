@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -682,4 +683,72 @@ func TestBlockedHandleDoesNotStallNode(t *testing.T) {
 			c.Finalize(t)
 		})
 	}
+}
+
+// Values of another type than the server stores are refused, not
+// reinterpreted: the worker's request fails with an error that names both
+// types, the server keeps nothing, and a request of the right type still
+// works.
+func TestWrongValueTypeIsRefused(t *testing.T) {
+	c := testcluster.New(t, 2, 1, testcluster.Options{Mem: true, Quiet: true})
+	hs := startServers[float32](t, c)
+	wrong, err := kv.NewKVWorker[float64](c.Workers[0], 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := spreadKeys(10, 0)
+	ts, err := wrong.Push(keys, make([]float64, len(keys)), nil)
+	if err == nil {
+		err = wrong.Wait(ts)
+	}
+	if err == nil || !strings.Contains(err.Error(), "DOUBLE") || !strings.Contains(err.Error(), "FLOAT") || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("push of float64 values to float32 servers: %v, want a refusal naming DOUBLE and FLOAT", err)
+	}
+	for _, h := range hs {
+		if h.Len() != 0 {
+			t.Errorf("a server stored %d keys of a refused push", h.Len())
+		}
+	}
+	right, err := kv.NewKVWorker[float32](c.Workers[0], 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := testcluster.PushRepeatPull(right, keys, make([]float32, len(keys)), 1); err != nil {
+		t.Fatal(err)
+	}
+	c.Finalize(t)
+}
+
+// Messages for an app no customer serves are held only up to a bound in
+// bytes: a worker that pushes 96 MiB to an app the servers lack leaves at
+// most 32 MiB held, and the servers go on answering.
+func TestHeldMessagesAreBoundedInBytes(t *testing.T) {
+	c := testcluster.New(t, 1, 1, testcluster.Options{Mem: true, Quiet: true})
+	startServers[float32](t, c)
+	stray, err := kv.NewKVWorker[float32](c.Workers[0], 5, 0) // no server customer for app 5
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := spreadKeys(1<<14, 0)
+	vals := make([]float32, len(keys)) // 192 KiB a message with its keys
+	for range 512 {
+		if _, err := stray.Push(keys, vals, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Messages from one node to another arrive in order: once this answer
+	// is back, every push above has reached the server.
+	w, err := kv.NewKVWorker[float32](c.Workers[0], 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := testcluster.PushRepeatPull(w, keys[:10], vals[:10], 1); err != nil {
+		t.Fatal(err)
+	}
+	held := c.Servers[0].HeldMessages()
+	if held == 0 || held*(len(keys)*12) > 32<<20 {
+		t.Errorf("%d messages of %d bytes held, want some and at most 32 MiB", held, len(keys)*12)
+	}
+	t.Logf("%d of 512 messages held (%d MiB)", held, held*len(keys)*12>>20)
+	c.Finalize(t)
 }

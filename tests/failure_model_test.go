@@ -205,6 +205,34 @@ func TestFaultWorkerReplaced(t *testing.T) {
 	}
 }
 
+// Row: a worker frozen (SIGSTOP, its connections left open) and a
+// replacement started: the scheduler finds the frozen one dead by its
+// silence, the replacement takes its id, and its connections take over
+// the frozen one's identity at the scheduler and the servers (ZeroMQ's
+// ROUTER handover, on for a while after a replacement). The job completes.
+func TestFaultFrozenWorkerReplaced(t *testing.T) {
+	env := append([]string{"PS_RESEND=1"}, heartbeatEnv...)
+	const rounds = 60
+	r := startRow(t, false, 2, 2, rounds, env)
+	victim := r.j.workers[1]
+	victimRank := rank(t, victim)
+	if err := victim.stop(); err != nil {
+		t.Fatal(err)
+	}
+	defer victim.kill()
+	ref := time.Now()
+	repl := r.h.start(t, r.h.n-1, "worker", env, bin("test_recovery"), "-rounds", strconv.Itoa(rounds), "-pause", "100ms")
+	repl.waitOutput(t, "working (recovery=true)", modelBound)
+	if got := rank(t, repl); got != victimRank {
+		t.Errorf("the replacement has rank %d, want %d", got, victimRank)
+	}
+	repl.waitOutput(t, fmt.Sprintf("after %d rounds", rounds), 60*time.Second)
+	victim.kill()
+	rs := r.h.wait(t, ref, 60*time.Second)
+	t.Logf("froze %s, replaced by %s:%s", victim.name, repl.name, summary(rs))
+	expectCompleted(t, rs, victim)
+}
+
 // Row: a server killed, no replacement: the workers' requests fail naming
 // the server (once its connection has been closed for 1 s without
 // resending, on the job's failure with it), and every process exits

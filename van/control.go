@@ -102,6 +102,9 @@ func (v *Van) noteLocked(e control.Event) bool {
 		}
 		return false
 	case control.EventNodeReplaced:
+		// Its predecessor may be frozen with its connections open: let the
+		// replacement's connections take over its identity for a while.
+		v.handoverUntil.Store(v.clock.Now().Add(HandoverWindow).UnixNano())
 		if r := v.res.Load(); r != nil {
 			// Its messages are numbered afresh: they are no duplicates of
 			// its predecessor's.

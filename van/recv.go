@@ -38,6 +38,7 @@ func (v *Van) receive() bool {
 		return false
 	}
 	for {
+		v.applyHandover()
 		ident, frames, err := v.tr.Recv()
 		if err != nil {
 			if errors.Is(err, ErrRecvTimeout) {
@@ -89,6 +90,26 @@ func (v *Van) receive() bool {
 			return false
 		}
 	}
+}
+
+// applyHandover turns the transport's identity handover on while a
+// replacement is recent and off otherwise; the receive loop calls it
+// before each receive (at least every receive timeout).
+func (v *Van) applyHandover() {
+	h, ok := v.tr.(Handover)
+	if !ok {
+		return
+	}
+	want := v.clock.Now().UnixNano() < v.handoverUntil.Load()
+	if want == v.handoverOn.Load() {
+		return
+	}
+	if err := h.SetHandover(want); err != nil {
+		v.log.Warn().Err(err).Bool("on", want).Msg("could not change the identity handover")
+		return
+	}
+	v.handoverOn.Store(want)
+	v.log.Debug().Bool("on", want).Msg("identity handover for a replacement")
 }
 
 // replayEarly handles the data messages kept until the node was ready; it

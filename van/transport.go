@@ -27,6 +27,17 @@ var ErrClosed = errors.New("van: transport closed")
 // dropped and receiving goes on.
 var ErrOversized = errors.New("van: message too large")
 
+// Handover is implemented by transports whose receiving socket can let a
+// new connection take over the identity of an open one (ZeroMQ's
+// ROUTER_HANDOVER). The van turns it on for a while after a node is
+// replaced, so that the replacement's connections are not refused while its
+// frozen predecessor's stay open, and off again, so that no one else can
+// take a member's identity. SetHandover is called by the goroutine running
+// the receive loop.
+type Handover interface {
+	SetHandover(on bool) error
+}
+
 // ErrPeerClosed is returned by a Send that was waiting for room when the
 // connection it waited on was replaced or closed.
 var ErrPeerClosed = errors.New("van: connection closed while sending")

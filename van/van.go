@@ -97,6 +97,11 @@ type Handler interface {
 	HandleFailure(err error)
 }
 
+// HandoverWindow is how long after a node's replacement the receiving
+// socket lets a new connection take over the identity of an open one: long
+// enough for the replacement to connect to everyone.
+const HandoverWindow = 30 * time.Second
+
 // HandlerStall is how long Handler.HandleData may run on the receive
 // goroutine before a new goroutine takes over receiving: short enough that
 // ACKs, heartbeats and other customers' messages barely notice a slow or
@@ -154,6 +159,12 @@ type Van struct {
 	early    []*message.Message // data received before the node was ready; owned like rng
 	downMu   sync.Mutex         // guards down
 	down     map[int]bool       // nodes whose connection dropped (resending off)
+
+	// handoverUntil (Unix ns) is when the receiving socket stops letting
+	// a new connection take over a member's identity; handoverOn is
+	// whether it does now (see applyHandover).
+	handoverUntil atomic.Int64
+	handoverOn    atomic.Bool
 
 	sendBytes atomic.Int64
 	recvBytes atomic.Int64

@@ -614,7 +614,7 @@ func TestStrayNodeIsRefused(t *testing.T) {
 			stray := s.add("stray", message.RoleWorker, "10.0.9.9:5000", 2, 2)
 			s.start(stray)
 			s.deliver()
-			s.tick(2*time.Second, 100*time.Millisecond)
+			s.tick(4*time.Second, 100*time.Millisecond)
 			e := stray.has(EventFailed)
 			if e == nil {
 				t.Fatalf("stray: phase %v, not refused", stray.core.Phase())

@@ -260,7 +260,7 @@ func (c *Core) process(id int) int {
 // recoverOrWait lets n take the id of a dead node of its role, or puts it
 // on the waiting list until one is declared dead (a restarted process often
 // registers before its predecessor is found dead). checkMembers refuses it
-// if, after ConnGrace, no node of its role looks dead.
+// if, after refusalGrace, no node of its role looks dead.
 func (c *Core) recoverOrWait(o *out, n message.Node, now time.Time) {
 	if id := c.deadOfRole(n.Role); id != 0 {
 		c.replace(o, id, n, now)

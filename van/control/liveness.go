@@ -225,7 +225,7 @@ func (c *Core) checkMembers(o *out, now time.Time) {
 			c.replace(o, id, w.node, now)
 			continue
 		}
-		if now.Sub(w.since) >= c.cfg.ConnGrace && !c.suspectOfRole(w.node.Role, now) {
+		if now.Sub(w.since) >= c.refusalGrace() && !c.suspectOfRole(w.node.Role, now) {
 			c.refuse(o, w.node, fmt.Sprintf("the job at %s:%d is full (%d servers, %d workers) and no %s looks dead",
 				c.me.Hostname, c.me.Port, c.cfg.NumServers, c.cfg.NumWorkers, w.node.Role))
 			continue
@@ -245,6 +245,17 @@ func (c *Core) checkMembers(o *out, now time.Time) {
 			return
 		}
 	}
+}
+
+// refusalGrace is how long a node that registers once the job is full
+// waits for evidence that a node of its role may be dead (see
+// suspectOfRole) before it is refused: ConnGrace, and with heartbeats two
+// intervals more, time for a frozen node to miss two heartbeats.
+func (c *Core) refusalGrace() time.Duration {
+	if c.heartbeats() {
+		return c.cfg.ConnGrace + 2*c.cfg.HeartbeatInterval
+	}
+	return c.cfg.ConnGrace
 }
 
 // fail ends the job with err. The scheduler tells every server and worker

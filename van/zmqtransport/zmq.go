@@ -552,6 +552,14 @@ func sendFrames(sock *zmq.Socket, h unsafe.Pointer, frames [][]byte, flags zmq.F
 	return total, nil
 }
 
+// SetHandover implements van.Handover.
+func (t *Transport) SetHandover(on bool) error {
+	if t.router == nil {
+		return errors.New("van: not bound")
+	}
+	return t.router.SetRouterHandover(on)
+}
+
 // Recv implements van.Transport.
 func (t *Transport) Recv() ([]byte, [][]byte, error) {
 	if t.router == nil {
