@@ -234,8 +234,8 @@ func (v *Van) watchHandlers() {
 // only messages without an identity that count are ADD_NODE requests, by
 // which nodes join, ACKs (a C++ node acknowledges the node list before it
 // reconnects with its identity) and a node's TERMINATE to itself before it
-// has an id (honoured only while it stops). Anything else is dropped here, before it
-// is acknowledged, deduplicated or handled.
+// has an id (honoured only while it stops). Anything else is dropped here,
+// before it is acknowledged, deduplicated or handled.
 func (v *Van) fromMember(msg *message.Message) bool {
 	sender := int(msg.Meta.Sender)
 	if sender == emptyID {

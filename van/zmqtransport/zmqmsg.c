@@ -6,6 +6,9 @@
 
 #include "_cgo_export.h"
 #include "zmqmsg.h"
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 // release is libzmq's free function for a frame sent without a copy: it runs
 // (on a libzmq thread) once libzmq no longer needs the frame, and tells Go
@@ -52,4 +55,10 @@ int pslite_socket_type(void *sock) {
 		return -1;
 	}
 	return type;
+}
+
+void pslite_release_memory(void) {
+#ifdef __GLIBC__
+	malloc_trim(0);
+#endif
 }

@@ -126,6 +126,11 @@ func (r *frameReader) recv() ([][]byte, error) {
 		if count > r.maxFrames+1 || size > r.maxBytes { // +1: the identity
 			frames = frames[:min(len(frames), 1)] // keep the identity, for the error
 			if r.f.more == 0 {
+				// libzmq held the whole message (64 bytes a frame, even an
+				// empty one): give what it freed back to the system.
+				C.zmq_msg_close(&r.f.msg)
+				C.zmq_msg_init(&r.f.msg)
+				C.pslite_release_memory()
 				return nil, oversized(frames, count-1, size)
 			}
 			continue

@@ -20,6 +20,10 @@ int pslite_send_frame(void *sock, void *data, size_t size, int flags, uintptr_t 
 // minus the error number.
 int pslite_recv_frame(void *sock, pslite_frame *f, int flags);
 
+// pslite_release_memory gives memory the C allocator holds free back to
+// the system (glibc's malloc_trim; a no-op elsewhere).
+void pslite_release_memory(void);
+
 // pslite_socket_type returns the ZMQ_TYPE of sock, or -1.
 int pslite_socket_type(void *sock);
 #endif
