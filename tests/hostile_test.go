@@ -64,14 +64,7 @@ func garbage(rng *rand.Rand, valid []byte) [][][]byte {
 // the job must still produce exact results and shut down cleanly.
 func TestHostileInput(t *testing.T) {
 	c := testcluster.New(t, 2, 2, testcluster.Options{Quiet: true})
-	for _, p := range c.Servers {
-		s, err := kv.NewKVServer[float32](p, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h := kv.NewDefaultHandle[float32]()
-		s.SetRequestHandle(h.Handle)
-	}
+	serveKV(t, c)
 	valid, _ := message.Encode(&message.Meta{AppID: 0, Timestamp: 5, Request: true, Push: true, Head: 0,
 		DataTypes: []message.DataType{message.Uint64, message.Float}})
 	targets := []int32{c.Servers[0].Van().MyNode().Port, c.Scheduler.Van().MyNode().Port}
@@ -99,13 +92,7 @@ func TestHostileInput(t *testing.T) {
 				s.Connect(fmt.Sprintf("tcp://127.0.0.1:%d", port))
 				for round := 0; round < 30; round++ {
 					for _, m := range garbage(rng, valid) {
-						for i, f := range m {
-							flag := zmq.SNDMORE
-							if i == len(m)-1 {
-								flag = 0
-							}
-							s.SendBytes(f, flag)
-						}
+						sendMultipart(s, m)
 						sent++
 					}
 				}

@@ -39,21 +39,42 @@ func newForger(t *testing.T, ctx *zmq.Context, ident string, port int32) *forger
 	return &forger{s}
 }
 
+// send sends meta and data as one message.
 func (f *forger) send(t *testing.T, meta message.Meta, data ...[]byte) {
 	b, err := message.Encode(&meta)
 	if err != nil {
 		t.Error(err)
 		return
 	}
-	frames := append([][]byte{b}, data...)
+	if err := sendMultipart(f.s, append([][]byte{b}, data...)); err != nil {
+		t.Error(err)
+	}
+}
+
+// sendMultipart sends frames as one message on s.
+func sendMultipart(s *zmq.Socket, frames [][]byte) error {
 	for i, fr := range frames {
 		flag := zmq.SNDMORE
 		if i == len(frames)-1 {
 			flag = 0
 		}
-		if _, err := f.s.SendBytes(fr, flag); err != nil {
-			t.Error(err)
-			return
+		if _, err := s.SendBytes(fr, flag); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// serveKV puts a float32 KV server with a default handle on every server.
+func serveKV(t *testing.T, c *testcluster.Cluster) {
+	t.Helper()
+	for _, p := range c.Servers {
+		s, err := kv.NewKVServer[float32](p, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SetRequestHandle(kv.NewDefaultHandle[float32]().Handle); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
@@ -67,14 +88,7 @@ func (f *forger) send(t *testing.T, meta message.Meta, data ...[]byte) {
 // workers' results must be exact and the job must end cleanly.
 func TestForgedMetasFromNonMembers(t *testing.T) {
 	c := testcluster.New(t, 2, 2, testcluster.Options{Quiet: true})
-	for _, p := range c.Servers {
-		s, err := kv.NewKVServer[float32](p, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h := kv.NewDefaultHandle[float32]()
-		s.SetRequestHandle(h.Handle)
-	}
+	serveKV(t, c)
 	const nkeys = 200
 	keys := make([]uint64, nkeys)
 	for i := range keys {
