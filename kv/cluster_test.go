@@ -752,3 +752,42 @@ func TestHeldMessagesAreBoundedInBytes(t *testing.T) {
 	t.Logf("%d of 512 messages held (%d MiB)", held, held*len(keys)*12>>20)
 	c.Finalize(t)
 }
+
+// A pull that sends a lens buffer of the keys' size (as C++ and MXNet
+// workers do) gets lens back from DefaultHandle even when every key holds
+// one value; a pull without lens gets none (and a Go puller that wants
+// them fills them in either way).
+func TestDefaultHandleAnswersLensWhenAsked(t *testing.T) {
+	c := testcluster.New(t, 2, 1, testcluster.Options{Mem: true})
+	startServers[float32](t, c)
+	w, err := kv.NewKVWorker[float32](c.Workers[0], 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := spreadKeys(20, 3)
+	vals := make([]float32, len(keys))
+	for i := range vals {
+		vals[i] = float32(i)
+	}
+	if err := testcluster.PushRepeatPull(w, keys, vals, 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, sized := range []bool{true, false} {
+		var got []float32
+		lens := []int32{}
+		if sized {
+			lens = make([]int32, len(keys))
+		}
+		ts, err := w.Pull(keys, &got, &lens)
+		if err == nil {
+			err = w.Wait(ts)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, vals) || len(lens) != len(keys) || sumLens(lens) != len(keys) {
+			t.Fatalf("sized=%v: pulled %v lens %v", sized, got, lens)
+		}
+	}
+	c.Finalize(t)
+}

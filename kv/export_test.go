@@ -10,9 +10,13 @@ func (h *DefaultHandle[V]) Push(data KVPairs[V]) {
 	h.push(data)
 }
 
-// Pull answers a pull request from the store.
-func (h *DefaultHandle[V]) Pull(keys []uint64) KVPairs[V] {
+// Pull answers a pull request without lens from the store.
+func (h *DefaultHandle[V]) Pull(keys []uint64) KVPairs[V] { return h.PullLens(keys, false) }
+
+// PullLens answers a pull request from the store; withLens says whether the
+// request carried lens.
+func (h *DefaultHandle[V]) PullLens(keys []uint64, withLens bool) KVPairs[V] {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.pull(keys)
+	return h.pull(keys, withLens)
 }

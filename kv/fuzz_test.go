@@ -35,7 +35,7 @@ func FuzzDecodeKVs(f *testing.F) {
 						if withVals {
 							h.push(kvs)
 						}
-						h.pull(kvs.Keys)
+						h.pull(kvs.Keys, len(kvs.Lens) > 0)
 					}
 					return err
 				},

@@ -128,3 +128,17 @@ func TestDefaultHandleDuplicateKeysInOnePush(t *testing.T) {
 		t.Fatalf("Get(1) = %v, want [6]", g)
 	}
 }
+
+// A pull that carries lens is answered with lens even when every key holds
+// one value; one without gets none then.
+func TestDefaultHandleLensWhenAsked(t *testing.T) {
+	h := kv.NewDefaultHandle[float32]()
+	keys := []uint64{1, 5, 9}
+	h.Push(kv.KVPairs[float32]{Keys: keys, Vals: []float32{1, 2, 3}})
+	if res := h.PullLens(keys, true); !slices.Equal(res.Lens, []int32{1, 1, 1}) {
+		t.Errorf("pull with lens answered lens %v, want [1 1 1]", res.Lens)
+	}
+	if res := h.PullLens(keys, false); res.Lens != nil {
+		t.Errorf("pull without lens answered lens %v", res.Lens)
+	}
+}

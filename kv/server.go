@@ -184,8 +184,9 @@ func (s *KVServer[V]) process(msg *message.Message) {
 // DefaultHandle is a request handle that keeps a store of values per key:
 // a push adds the pushed values element-wise to the stored ones (a key's
 // first push, or a push of another length, stores them), and a pull returns the stored values (a key
-// never pushed reads as one zero). Lens are returned when any key pulled
-// holds other than one value.
+// never pushed reads as one zero). Lens are returned when the pull request
+// carries lens (a C++ or MXNet worker that passes a lens buffer of the
+// keys' size) or when any key pulled holds other than one value.
 type DefaultHandle[V message.Value] struct {
 	mu    sync.Mutex // guards store
 	store map[uint64][]V
@@ -204,7 +205,7 @@ func (h *DefaultHandle[V]) Handle(meta KVMeta, data KVPairs[V], s *KVServer[V]) 
 		h.push(data)
 	}
 	if meta.Pull {
-		res = h.pull(data.Keys)
+		res = h.pull(data.Keys, len(data.Lens) > 0)
 	}
 	h.mu.Unlock()
 	// res holds the request's keys and values pull built afresh: nothing
@@ -239,9 +240,11 @@ func (h *DefaultHandle[V]) push(data KVPairs[V]) {
 	}
 }
 
-func (h *DefaultHandle[V]) pull(keys []uint64) KVPairs[V] {
+// pull answers keys; with lens when asked (the request carried lens, as
+// MXNet's pulls do) or when some key holds other than one value.
+func (h *DefaultHandle[V]) pull(keys []uint64, withLens bool) KVPairs[V] {
 	res := KVPairs[V]{Keys: keys}
-	uniform := true
+	uniform := !withLens
 	total := 0
 	for _, k := range keys {
 		n := max(len(h.store[k]), 1)

@@ -169,7 +169,13 @@ func (w *KVWorker[V]) ZPull(keys []uint64, vals *[]V, lens *[]int32, opts ...Opt
 		return 0, fmt.Errorf("kv: nil destination for pulled values")
 	}
 	o := collect(opts)
-	return w.send(false, true, o, KVPairs[V]{Keys: keys, Priority: o.priority}, &pullDest[V]{keys: keys, vals: vals, lens: lens})
+	req := KVPairs[V]{Keys: keys, Priority: o.priority}
+	if lens != nil && len(*lens) == len(keys) {
+		// As C++ does: a lens buffer of the keys' size goes with the
+		// request, which tells a server that the puller wants lens back.
+		req.Lens = *lens
+	}
+	return w.send(false, true, o, req, &pullDest[V]{keys: keys, vals: vals, lens: lens})
 }
 
 // PushPull pushes vals and pulls the resulting values into *outs in one round

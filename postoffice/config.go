@@ -83,10 +83,12 @@ func ConfigFromEnv() (Config, error) {
 func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	var errs []string
 	get := func(name string) string { v, _ := lookup(name); return strings.TrimSpace(v) }
+	missing := 0
 	required := func(name string) string {
 		v := get(name)
 		if v == "" {
 			errs = append(errs, name+" is not set")
+			missing++
 		}
 		return v
 	}
@@ -158,7 +160,11 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 		c.Host = host
 	}
 	if len(errs) > 0 {
-		return c, fmt.Errorf("%w: %s", ErrConfig, strings.Join(errs, "; "))
+		hint := ""
+		if missing > 0 {
+			hint = " (a ps-lite program is started by a launcher that sets these for each node, e.g. scripts/local.sh NUM_SERVERS NUM_WORKERS PROGRAM [ARGS...] on one machine; see docs/DEPLOY.md for several)"
+		}
+		return c, fmt.Errorf("%w: %s%s", ErrConfig, strings.Join(errs, "; "), hint)
 	}
 	return c, nil
 }

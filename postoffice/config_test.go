@@ -171,7 +171,7 @@ func TestConfigSchedulerHasNoHost(t *testing.T) {
 func TestConfigMissingRequired(t *testing.T) {
 	required := []string{"DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_WORKER", "DMLC_NUM_SERVER"}
 	for _, name := range required {
-		configErr(t, base().without(name), name+" is not set")
+		configErr(t, base().without(name), name+" is not set", "scripts/local.sh")
 		configErr(t, base().with(name, ""), name+" is not set")
 		configErr(t, base().with(name, "  \t"), name+" is not set")
 	}

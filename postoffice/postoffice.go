@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -86,6 +87,8 @@ func New(cfg Config, opts ...Option) (*Postoffice, error) {
 		log = DefaultLogger(cfg.Verbose)
 	}
 	log = log.With().Str("role", cfg.Role.String()).Logger()
+	ids := &nodeIDHook{}
+	log = log.Hook(ids)
 	p := &Postoffice{
 		cfg:       cfg,
 		log:       log,
@@ -142,7 +145,23 @@ func New(cfg Config, opts ...Option) (*Postoffice, error) {
 		return nil, err
 	}
 	p.van = v
+	ids.van.Store(v)
 	return p, nil
+}
+
+// nodeIDHook adds the node's id to every log line once it has one, so that
+// the lines of the nodes of a job can be told apart and put in order.
+type nodeIDHook struct {
+	van atomic.Pointer[van.Van]
+}
+
+// Run implements zerolog.Hook.
+func (h *nodeIDHook) Run(e *zerolog.Event, _ zerolog.Level, _ string) {
+	if v := h.van.Load(); v != nil {
+		if id := v.MyNode().ID; id != message.Empty {
+			e.Int32("id", id)
+		}
+	}
 }
 
 // DefaultLogger returns a logger to stderr: warnings at verbose 0, progress
@@ -155,8 +174,24 @@ func DefaultLogger(verbose int) zerolog.Logger {
 	case verbose == 1:
 		level = zerolog.InfoLevel
 	}
-	w := zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000"}
-	return zerolog.New(w).Level(level).With().Timestamp().Logger()
+	w := zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000", NoColor: !isTerminal(os.Stderr)}
+	return zerolog.New(w).Level(level).Hook(timeHook{})
+}
+
+// timeHook stamps each line with the time to the nanosecond (zerolog's
+// Timestamp follows the process-wide TimeFieldFormat, by default to the
+// second); the console writer prints it to the millisecond.
+type timeHook struct{}
+
+// Run implements zerolog.Hook.
+func (timeHook) Run(e *zerolog.Event, _ zerolog.Level, _ string) {
+	e.Str(zerolog.TimestampFieldName, time.Now().Format(time.RFC3339Nano))
+}
+
+// isTerminal reports whether f is a terminal: log colours only go there.
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 // Config returns the node's configuration.
