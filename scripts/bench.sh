@@ -25,8 +25,8 @@ for layout in "1 1" "2 2"; do
 done
 run 1 1 -mode=memory -mem-requests=1000000
 
-# With PSLITE_CPP_BUILD naming a directory of C++ ps-lite's test programs
-# (built by you from upstream; see README), its test_kv_app_benchmark runs
+# With PSLITE_CPP_BUILD naming a C++ ps-lite build (a checkout built with its
+# Makefile, or a CMake build directory; see README), its test_kv_app_benchmark runs
 # next to ours, alternately, in the same 1x1 job shape: push and pull of
 # 10,000,000 keys to servers that store nothing.
 kv_benchmark() { # label binary
@@ -38,10 +38,24 @@ kv_benchmark() { # label binary
       "${op,,}" "$1" "$v" >>"$results"
   done
 }
+# cpp_program DIR NAME finds C++ ps-lite's test program NAME in either
+# upstream build layout: its Makefile's tests/test_x (DIR the checkout or its
+# tests/) or CMake's tests/x_test (DIR the build directory or its tests/).
+cpp_program() {
+  local sub n
+  for sub in "" tests/; do
+    for n in "$2" "${2#test_}_test"; do
+      if [ -x "$1/$sub$n" ] && [ ! -d "$1/$sub$n" ]; then echo "$1/$sub$n"; return 0; fi
+    done
+  done
+  echo "bench.sh: no $2 (or ${2#test_}_test) in $1 or $1/tests" >&2
+  return 1
+}
 if [ -n "${PSLITE_CPP_BUILD:-}" ]; then
-  echo "== test_kv_app_benchmark: C++ ps-lite from $PSLITE_CPP_BUILD and ours" >&2
+  cpp_bench=$(cpp_program "$PSLITE_CPP_BUILD" test_kv_app_benchmark) || exit 1
+  echo "== test_kv_app_benchmark: C++ ps-lite ($cpp_bench) and ours" >&2
   for i in 1 2 3; do
-    kv_benchmark "C++ ps-lite" "$PSLITE_CPP_BUILD/test_kv_app_benchmark"
+    kv_benchmark "C++ ps-lite" "$cpp_bench"
     kv_benchmark "ours" build/test_kv_app_benchmark
   done
 fi

@@ -15,15 +15,36 @@ import (
 	"github.com/gopslite/pslite/internal/testcluster"
 )
 
-// cppDir returns the directory of C++ ps-lite's test programs, built by the
+// cppDir returns where C++ ps-lite's test programs are, built by the
 // developer (this project does not build upstream code), from
 // PSLITE_CPP_BUILD. Tests that mix Go and C++ nodes need it.
 func cppDir(t *testing.T) string {
 	dir := os.Getenv("PSLITE_CPP_BUILD")
 	if dir == "" {
-		t.Skip("set PSLITE_CPP_BUILD to a directory of C++ ps-lite test programs to run mixed Go/C++ jobs")
+		t.Skip("set PSLITE_CPP_BUILD to a C++ ps-lite checkout or build directory to run mixed Go/C++ jobs")
 	}
 	return dir
+}
+
+// cppProgram finds C++ ps-lite's test program name (e.g. "test_kv_app") in
+// dir, in either upstream build layout: its Makefile's tests/test_kv_app
+// (dir is the checkout, or its tests/), CMake's tests/kv_app_test (dir is
+// the build directory, or its tests/).
+func cppProgram(t *testing.T, dir, name string) string {
+	t.Helper()
+	cmake := strings.TrimPrefix(name, "test_") + "_test"
+	var tried []string
+	for _, sub := range []string{"", "tests"} {
+		for _, n := range []string{name, cmake} {
+			p := filepath.Join(dir, sub, n)
+			if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+				return p
+			}
+			tried = append(tried, p)
+		}
+	}
+	t.Fatalf("C++ ps-lite's %s is not in PSLITE_CPP_BUILD=%s (tried %s)", name, dir, strings.Join(tried, ", "))
+	return ""
 }
 
 // mixedJob runs one scheduler, len(servers) servers and len(workers) worker
@@ -98,7 +119,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 func TestInteropWithCpp(t *testing.T) {
 	cpp := cppDir(t)
 	g := func(name string) string { return bin(name) }
-	c := func(name string) string { return filepath.Join(cpp, name) }
+	c := func(name string) string { return cppProgram(t, cpp, name) }
 	// Both test_kv_apps check their sums and exit non-zero when they are
 	// wrong; each worker then prints "error: 0, 0" (C++ workers of one
 	// process may interleave their lines, so only the prefix is counted).
