@@ -19,8 +19,10 @@ import (
 // step runs f on the core, carries out its outputs and reports its events.
 func (v *Van) step(f func(c *control.Core, now time.Time) []control.Output) {
 	v.ctlMu.Lock()
-	outs := f(v.core, v.clock.Now())
+	now := v.clock.Now()
+	outs := f(v.core, now)
 	events := v.applyLocked(outs)
+	v.replacing.Store(v.core.ReplacementPossible(now))
 	v.ctlMu.Unlock()
 	v.notify(events)
 }

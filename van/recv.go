@@ -93,14 +93,17 @@ func (v *Van) receive() bool {
 }
 
 // applyHandover turns the transport's identity handover on while a
-// replacement is recent and off otherwise; the receive loop calls it
-// before each receive (at least every receive timeout).
+// replacement is recent (or, at the scheduler, possible) and off otherwise.
+// The receive loop calls it before each receive, so that a change made by
+// a message it handled is in place before the socket takes its next
+// connection: libzmq settles a new connection's identity inside a receive,
+// once, and a connection it refused then stays refused.
 func (v *Van) applyHandover() {
 	h, ok := v.tr.(Handover)
 	if !ok {
 		return
 	}
-	want := v.clock.Now().UnixNano() < v.handoverUntil.Load()
+	want := v.replacing.Load() || v.clock.Now().UnixNano() < v.handoverUntil.Load()
 	if want == v.handoverOn.Load() {
 		return
 	}

@@ -161,10 +161,12 @@ type Van struct {
 	down     map[int]bool       // nodes whose connection dropped (resending off)
 
 	// handoverUntil (Unix ns) is when the receiving socket stops letting
-	// a new connection take over a member's identity; handoverOn is
+	// a new connection take over a member's identity, after a replacement;
+	// the scheduler's lets it also while replacing is set. handoverOn is
 	// whether it does now (see applyHandover).
 	handoverUntil atomic.Int64
 	handoverOn    atomic.Bool
+	replacing     atomic.Bool // the scheduler may replace a node soon
 
 	sendBytes atomic.Int64
 	recvBytes atomic.Int64

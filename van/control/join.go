@@ -280,6 +280,24 @@ func (c *Core) recoverOrWait(o *out, n message.Node, now time.Time) {
 	c.waiting = append(c.waiting, waiter{node: n, since: now})
 }
 
+// ReplacementPossible reports, at the scheduler, whether a server or worker
+// may be replaced soon: one is dead or gone and not replaced yet, one looks
+// dead, or a newcomer waits for a place.
+func (c *Core) ReplacementPossible(now time.Time) bool {
+	if !c.IsScheduler() || c.phase != PhaseReady {
+		return false
+	}
+	if len(c.waiting) > 0 {
+		return true
+	}
+	for _, p := range c.peers {
+		if p.dead || p.left {
+			return true
+		}
+	}
+	return c.suspectOfRole(message.RoleServer, now) || c.suspectOfRole(message.RoleWorker, now)
+}
+
 // suspectOfRole reports whether the scheduler has evidence that a server or
 // worker of the role may be dead: its connection is down, or heartbeats are
 // on and it has missed two. Only then may a newcomer wait for its place.
@@ -338,17 +356,15 @@ func (c *Core) replace(o *out, id int, n message.Node, now time.Time) {
 		}
 	}
 	c.connect(o, n, now)
+	// The others first: they let the replacement's connections take over
+	// its predecessor's identity once they hear of it (see ROUTER
+	// handover in the van), which they should before it connects.
 	for _, m := range c.members(message.ServerGroup + message.WorkerGroup) {
-		if _, shared := c.shared[m]; shared {
-			continue
-		}
-		switch {
-		case m == id:
-			c.sendNodes(o, m, c.registered)
-		case c.peers[m] != nil && !c.peers[m].dead:
+		if _, shared := c.shared[m]; !shared && m != id && c.peers[m] != nil && !c.peers[m].dead {
 			c.sendNodes(o, m, []message.Node{n})
 		}
 	}
+	c.sendNodes(o, id, c.registered)
 	for i := range c.registered {
 		c.registered[i].IsRecovery = false
 	}
