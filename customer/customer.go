@@ -103,6 +103,9 @@ func (c *Customer) AppID() int { return c.appID }
 // CustomerID returns the customer id within the application.
 func (c *Customer) CustomerID() int { return c.customerID }
 
+// QueueLen returns how many received messages wait to be handled.
+func (c *Customer) QueueLen() int { return c.queue.Len() }
+
 // Tracker returns the customer's request tracker.
 func (c *Customer) Tracker() *Tracker { return c.tracker }
 

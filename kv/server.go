@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/gopslite/pslite/message"
+	"github.com/gopslite/pslite/metrics"
 	"github.com/gopslite/pslite/postoffice"
 	"github.com/gopslite/pslite/van"
 )
@@ -178,7 +180,14 @@ func (s *KVServer[V]) process(msg *message.Message) {
 		l.Warn().Str("msg", msg.String()).Msg("dropping a request: no request handle was set")
 		return
 	}
+	m := s.po.Metrics()
+	if m == nil {
+		h(meta, data, s)
+		return
+	}
+	start := time.Now()
 	h(meta, data, s)
+	m.ServerRequest(meta.AppID, meta.CustomerID, metrics.RequestKind(meta.Push, meta.Pull, false), time.Since(start))
 }
 
 // DefaultHandle is a request handle that keeps a store of values per key:

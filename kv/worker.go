@@ -7,11 +7,13 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 	"sync"
 
 	"github.com/rs/zerolog"
 
 	"github.com/gopslite/pslite/message"
+	"github.com/gopslite/pslite/metrics"
 	"github.com/gopslite/pslite/postoffice"
 )
 
@@ -56,6 +58,14 @@ type KVWorker[V message.Value] struct {
 	// requests that wait on it.
 	waiting map[int][]int
 	slicer  Slicer[V]
+	// started holds each unfinished request's kind and start, when
+	// metrics are on.
+	started map[int]startedReq
+}
+
+type startedReq struct {
+	kind string
+	at   time.Time
 }
 
 // ErrServerLost is the error of requests waiting on a server whose
@@ -70,6 +80,7 @@ func NewKVWorker[V message.Value](po *postoffice.Postoffice, appID, customerID i
 		callbacks: make(map[int]func() error),
 		pulls:     make(map[int][]KVPairs[V]),
 		waiting:   make(map[int][]int),
+		started:   make(map[int]startedReq),
 		slicer:    DefaultSlicer[V],
 	}
 	if err := w.register(appID, customerID, w.process); err != nil {
@@ -263,12 +274,17 @@ func (w *KVWorker[V]) send(push, pull bool, o reqOptions, kvs KVPairs[V], dest *
 			ranks = append(ranks, i)
 		}
 	}
+	m := w.po.Metrics()
+	kind := metrics.RequestKind(push, pull, false)
 	w.mu.Lock()
 	if cb != nil {
 		w.callbacks[ts] = cb
 	}
 	if len(ranks) > 0 {
 		w.waiting[ts] = ranks
+		if m != nil {
+			w.started[ts] = startedReq{kind, time.Now()}
+		}
 	}
 	w.mu.Unlock()
 	if skipped == len(parts) {
@@ -297,6 +313,7 @@ func (w *KVWorker[V]) send(push, pull bool, o reqOptions, kvs KVPairs[V], dest *
 		if len(p.Lens) > 0 {
 			msg.AddData(message.Int32, message.Frame(p.Lens))
 		}
+		m.WorkerRequest(w.cust.AppID(), w.cust.CustomerID(), kind)
 		if err := w.po.Send(msg); err != nil {
 			err = fmt.Errorf("kv: send to server %d: %w", i, err)
 			w.dropRequest(ts)
@@ -312,6 +329,7 @@ func (w *KVWorker[V]) dropRequest(ts int) {
 	delete(w.callbacks, ts)
 	delete(w.pulls, ts)
 	delete(w.waiting, ts)
+	delete(w.started, ts)
 	w.mu.Unlock()
 }
 
@@ -342,6 +360,10 @@ func (w *KVWorker[V]) process(msg *message.Message) {
 		w.waiting[ts] = ranks
 		if len(ranks) == 0 {
 			delete(w.waiting, ts)
+			if s, ok := w.started[ts]; ok {
+				delete(w.started, ts)
+				w.po.Metrics().WorkerLatency(s.kind, time.Since(s.at))
+			}
 		}
 	}
 	w.mu.Unlock()

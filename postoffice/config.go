@@ -35,6 +35,10 @@ type Config struct {
 	// default 1024 MiB): a larger one is dropped, and a sender of a larger
 	// frame disconnected. Zero means the transport's default.
 	MaxMessageBytes int64
+	// MetricsAddr, when set (PS_METRICS_ADDR, host:port; port 0 picks a
+	// free one), serves the node's metrics at /metrics and Go's profiles at
+	// /debug/pprof/ there.
+	MetricsAddr string
 	// Kubernetes makes the scheduler bind every interface (DMLC_USE_KUBERNETES).
 	Kubernetes bool
 	// Verbose is the log level: 0 warnings, 1 progress, 2 every message (PS_VERBOSE).
@@ -125,6 +129,7 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	c.Local = intVar("DMLC_LOCAL", 0, 0, 1<<30, false) != 0
 	c.WaterMark = intVar("DMLC_PS_WATER_MARK", 0, 0, 1<<30, false)
 	c.MaxMessageBytes = int64(intVar("PS_MAX_MESSAGE_MB", 1024, 1, 1<<20, false)) << 20
+	c.MetricsAddr = get("PS_METRICS_ADDR")
 	c.Kubernetes = intVar("DMLC_USE_KUBERNETES", 0, 0, 1<<30, false) != 0
 	c.Verbose = intVar("PS_VERBOSE", 0, 0, 100, false)
 	c.HeartbeatInterval = time.Duration(intVar("PS_HEARTBEAT_INTERVAL", 0, 0, 1<<20, false)) * time.Second

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gopslite/pslite/customer"
 	"github.com/gopslite/pslite/message"
+	"github.com/gopslite/pslite/metrics"
 	"github.com/gopslite/pslite/van"
 )
 
@@ -72,6 +73,9 @@ type Postoffice struct {
 	groups map[int][]int
 
 	finalizeOnce sync.Once
+
+	metrics   *metrics.Metrics // nil when off
+	metricSrv *metrics.Server
 }
 
 // New creates a node for cfg. It does not touch the network until Start.
@@ -102,10 +106,34 @@ func New(cfg Config, opts ...Option) (*Postoffice, error) {
 	for g := 1; g <= 7; g++ {
 		p.groups[g], _ = message.GroupMembers(g, cfg.NumServers, cfg.NumWorkers)
 	}
+	if cfg.MetricsAddr != "" {
+		p.metrics = metrics.New()
+		p.metrics.GaugeFunc("receive_queue_messages", "Messages waiting in the node's customers' receive queues.", func() float64 {
+			n := 0
+			for _, c := range p.allCustomers() {
+				n += c.QueueLen()
+			}
+			return float64(n)
+		})
+		p.metrics.GaugeFunc("requests_in_flight", "Requests of the node's customers waiting for responses.", func() float64 {
+			n := 0
+			for _, c := range p.allCustomers() {
+				n += c.Tracker().Len()
+			}
+			return float64(n)
+		})
+		p.metrics.GaugeFunc("held_messages", "Messages held for customers that do not exist yet.", func() float64 { return float64(p.HeldMessages()) })
+		srv, err := metrics.Serve(cfg.MetricsAddr, p.metrics)
+		if err != nil {
+			return nil, err
+		}
+		p.metricSrv = srv
+	}
 	tr := o.transport
 	if tr == nil {
 		t, err := defaultTransport(cfg, log)
 		if err != nil {
+			p.closeMetrics()
 			return nil, err
 		}
 		tr = t
@@ -139,14 +167,33 @@ func New(cfg Config, opts ...Option) (*Postoffice, error) {
 		ResendTimeout:     cfg.ResendTimeout,
 		ResendMaxRetry:    cfg.ResendMaxRetry,
 		Clock:             o.clock,
+		Metrics:           p.metrics,
 	}, tr, (*handler)(p), log)
 	if err != nil {
 		tr.Close()
+		p.closeMetrics()
 		return nil, err
 	}
 	p.van = v
 	ids.van.Store(v)
 	return p, nil
+}
+
+// Metrics returns the node's metrics, or nil when they are off.
+func (p *Postoffice) Metrics() *metrics.Metrics { return p.metrics }
+
+// MetricsAddr returns the address the node serves its metrics at, or "".
+func (p *Postoffice) MetricsAddr() string {
+	if p.metricSrv == nil {
+		return ""
+	}
+	return p.metricSrv.Addr()
+}
+
+func (p *Postoffice) closeMetrics() {
+	if p.metricSrv != nil {
+		p.metricSrv.Close()
+	}
 }
 
 // nodeIDHook adds the node's id to every log line once it has one, so that
@@ -257,6 +304,7 @@ func (p *Postoffice) Finalize(ctx context.Context, customerID int, doBarrier boo
 				c.Tracker().FailAll(van.ErrStopped)
 				c.Stop()
 			}
+			p.closeMetrics()
 		})
 	}
 	if err == nil {
@@ -296,11 +344,13 @@ func (p *Postoffice) Barrier(ctx context.Context, customerID, group int) error {
 	p.barrierMu.Lock()
 	ch := p.barrierCh
 	p.barrierMu.Unlock()
+	start := time.Now()
 	if err := p.van.Barrier(customerID, group); err != nil {
 		return fmt.Errorf("postoffice: barrier: %w", err)
 	}
 	select {
 	case <-ch:
+		p.metrics.BarrierWait(group, time.Since(start))
 		return nil
 	case <-p.van.Failed():
 		return fmt.Errorf("postoffice: barrier on group %d: %w", group, p.van.Err())

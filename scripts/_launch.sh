@@ -23,6 +23,10 @@
 #                      (default 120; 0 means no limit)
 #   PS_LOCAL_GRACE     seconds between SIGTERM and SIGKILL when stopping the
 #                      processes (default 3)
+#   PS_METRICS_PORT    when set, process i (in start order: the scheduler 0,
+#                      then the servers, then the workers) serves its
+#                      metrics at 127.0.0.1:(PS_METRICS_PORT+i), given to it
+#                      as PS_METRICS_ADDR; the port of each is printed
 #
 # launch_job returns 0 when every process exits 0. When one fails (non-zero
 # status, or killed by a signal), it names the process and its status, stops
@@ -88,7 +92,13 @@ _launch_start() {
   local name=$1 role=$2
   shift 2
   set -m
-  DMLC_ROLE=$role "$_launch_bin" "${_launch_args[@]}" "$@" </dev/null &
+  if [ -n "${PS_METRICS_PORT:-}" ]; then
+    local maddr=127.0.0.1:$((PS_METRICS_PORT + ${#_launch_pids[@]}))
+    echo "$_launch_prog: $name serves metrics at http://$maddr/metrics" >&2
+    PS_METRICS_ADDR=$maddr DMLC_ROLE=$role "$_launch_bin" "${_launch_args[@]}" "$@" </dev/null &
+  else
+    DMLC_ROLE=$role "$_launch_bin" "${_launch_args[@]}" "$@" </dev/null &
+  fi
   _launch_pids+=($!)
   set +m
   _launch_names+=("$name")

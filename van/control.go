@@ -97,6 +97,7 @@ func (v *Van) noteLocked(e control.Event) bool {
 		v.downMu.Unlock()
 		return false
 	case control.EventNodeDead:
+		v.metrics.NodeDead(e.ID)
 		if r := v.res.Load(); r != nil {
 			// What the scheduler sent it (heartbeat replies, lists) matters
 			// no more; its replacement gets what it needs afresh.
@@ -148,6 +149,7 @@ func (v *Van) onConnection(id int, up bool) {
 	if v.stopping.Load() {
 		return
 	}
+	v.metrics.Connection(id, up)
 	v.step(func(c *control.Core, now time.Time) []control.Output { return c.Connection(id, up, now) })
 }
 

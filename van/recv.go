@@ -51,6 +51,7 @@ func (v *Van) receive() bool {
 				return true
 			}
 			if errors.Is(err, ErrOversized) {
+				v.metrics.Dropped("oversized")
 				v.dropLog.Warn().Err(err).Msg("dropping a message")
 				continue
 			}
@@ -62,13 +63,23 @@ func (v *Van) receive() bool {
 		}
 		msg, err := v.decode(ident, frames)
 		if err != nil {
+			v.metrics.Dropped("malformed")
 			v.dropLog.Warn().Err(err).Str("from", describeIdentity(ident)).Msg("dropping a malformed message")
 			continue
 		}
 		if !v.fromMember(msg) {
+			v.metrics.Dropped("not_member")
 			continue
 		}
+		if v.metrics != nil {
+			n := len(ident)
+			for _, f := range frames {
+				n += len(f)
+			}
+			v.metrics.Received(&msg.Meta, n)
+		}
 		if d := v.dropRate.Load(); d > 0 && v.IsReady() && msg.Meta.Control.Cmd != message.CmdTerminate && v.rng.IntN(100) < int(d) {
+			v.metrics.Dropped("test_drop")
 			v.log.Debug().Str("msg", msg.String()).Msg("dropping a message (PS_DROP_MSG)")
 			continue
 		}
@@ -79,6 +90,7 @@ func (v *Van) receive() bool {
 			if len(v.early) < maxEarly {
 				v.early = append(v.early, msg)
 			} else {
+				v.metrics.Dropped("early")
 				v.dropLog.Warn().Str("msg", msg.String()).Msg("dropping a data message that came before the node joined")
 			}
 			continue
@@ -145,6 +157,7 @@ func (v *Van) handle(msg *message.Message) verdict {
 		}
 		if drop {
 			if msg.Meta.Control.Cmd != message.CmdAck {
+				v.metrics.Duplicate()
 				v.log.Debug().Str("msg", msg.String()).Msg("dropping a duplicate")
 			}
 			return goOn
@@ -183,6 +196,7 @@ func (v *Van) handle(msg *message.Message) verdict {
 		return goOn
 	}
 	if msg.Meta.AppID == emptyID {
+		v.metrics.Dropped("no_app")
 		v.dropLog.Warn().Str("msg", msg.String()).Msg("dropping a data message without app id")
 		return goOn
 	}

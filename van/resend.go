@@ -37,6 +37,7 @@ func (d *resendDriver) check() {
 			continue
 		}
 		n := d.r.Resent(p)
+		d.v.metrics.Resent()
 		d.v.log.Info().Str("msg", p.Msg.String()).Int("retry", n).Msg("no ACK in time; resent")
 	}
 	for _, m := range failed {

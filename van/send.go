@@ -77,6 +77,7 @@ func (v *Van) send(ctx context.Context, msg *message.Message, wait bool) (int, e
 		return n, err
 	}
 	v.sendBytes.Add(int64(n))
+	v.metrics.Sent(&msg.Meta, n)
 	if e := v.log.Trace(); e.Enabled() {
 		e.Str("msg", msg.String()).Msg("sent")
 	}

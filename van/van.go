@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gopslite/pslite/message"
+	"github.com/gopslite/pslite/metrics"
 	"github.com/gopslite/pslite/van/control"
 )
 
@@ -54,6 +55,8 @@ type Config struct {
 	// replacement before it fails the job (PS_RECOVERY_WAIT); zero fails
 	// it at once (a replacement already waiting still takes the place).
 	RecoveryWait time.Duration
+	// Metrics, if not nil, counts what the van does.
+	Metrics *metrics.Metrics
 	// ConnGrace is how long a dropped connection may stay down before its
 	// node counts as dead (0: control.DefaultConnGrace).
 	ConnGrace time.Duration
@@ -120,6 +123,7 @@ type Van struct {
 	handler Handler
 	log     zerolog.Logger
 	dropLog zerolog.Logger // log, rate-limited: for messages dropped as bad or foreign
+	metrics *metrics.Metrics
 	clock   Clock
 
 	// ctx is cancelled when the van stops or the job fails; sends waiting
@@ -191,6 +195,7 @@ func New(cfg Config, tr Transport, h Handler, log zerolog.Logger) (*Van, error) 
 		handler:  h,
 		log:      log,
 		dropLog:  RateLimited(log),
+		metrics:  cfg.Metrics,
 		clock:    cfg.Clock,
 		ready:    make(chan struct{}),
 		failed:   make(chan struct{}),
