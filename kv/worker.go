@@ -7,8 +7,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"time"
 	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 

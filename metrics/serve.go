@@ -66,4 +66,3 @@ func (s *Server) Close() error {
 	<-s.done
 	return err
 }
-
