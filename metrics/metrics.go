@@ -2,6 +2,8 @@ package metrics
 
 import (
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +27,95 @@ type Metrics struct {
 	connEvents           *prometheus.CounterVec // peer, event
 	deadNodes            *prometheus.CounterVec // role
 	barrierWait          *prometheus.HistogramVec
+
+	// Children of the vectors above for the label values in use, looked
+	// up without hashing label strings on the hot paths.
+	sentC, recvC           [nPeers * nKinds * 2]atomic.Pointer[prometheus.Counter]
+	bytesSentC, bytesRecvC [nPeers]atomic.Pointer[prometheus.Counter]
+	latencyC, handleC      [nKinds]atomic.Pointer[prometheus.Observer]
+	workerReqC, serverReqC sync.Map // reqKey -> prometheus.Counter
+}
+
+// reqKey names a series of the request counters.
+type reqKey struct {
+	app, customer int
+	kind          string
+}
+
+// Label values by index, for the caches.
+var (
+	peers = [...]string{"scheduler", "server", "worker", "unknown"}
+	kinds = [...]string{"push", "pull", "pushpull", "simple", "none", "add_node", "barrier", "heartbeat", "ack", "terminate", "control"}
+)
+
+const (
+	nPeers = len(peers)
+	nKinds = len(kinds)
+)
+
+// child returns the cached child of a vector, creating it on first use.
+func child[T any](slot *atomic.Pointer[T], make func() T) T {
+	if c := slot.Load(); c != nil {
+		return *c
+	}
+	c := make()
+	slot.Store(&c)
+	return c
+}
+
+func peerIndex(id int) int {
+	r, ok := message.RoleOfID(id)
+	switch {
+	case !ok:
+		return 3
+	case r == message.RoleScheduler:
+		return 0
+	case r == message.RoleServer:
+		return 1
+	}
+	return 2
+}
+
+func kindIndex(meta *message.Meta) int {
+	if meta.IsControl() {
+		switch meta.Control.Cmd {
+		case message.CmdAddNode:
+			return 5
+		case message.CmdBarrier:
+			return 6
+		case message.CmdHeartbeat:
+			return 7
+		case message.CmdAck:
+			return 8
+		case message.CmdTerminate:
+			return 9
+		}
+		return 10
+	}
+	return requestKindIndex(meta.Push, meta.Pull, meta.SimpleApp)
+}
+
+func requestKindIndex(push, pull, simple bool) int {
+	switch {
+	case simple:
+		return 3
+	case push && pull:
+		return 2
+	case push:
+		return 0
+	case pull:
+		return 1
+	}
+	return 4
+}
+
+func kindOf(name string) int {
+	for i, k := range kinds {
+		if k == name {
+			return i
+		}
+	}
+	return 4
 }
 
 // New returns collectors registered in a registry of their own.
@@ -77,58 +168,22 @@ func (m *Metrics) GaugeFunc(name, help string, f func() float64) {
 
 // PeerRole names the role of node id for labels: scheduler, server,
 // worker, or unknown.
-func PeerRole(id int) string {
-	if r, ok := message.RoleOfID(id); ok {
-		return r.String()
-	}
-	return "unknown"
-}
+func PeerRole(id int) string { return peers[peerIndex(id)] }
 
 // Kind names what msg carries for labels: the control command (add_node,
 // barrier, heartbeat, ack, terminate), simple (SimpleApp), or push, pull or
 // pushpull.
-func Kind(meta *message.Meta) string {
-	if meta.IsControl() {
-		switch meta.Control.Cmd {
-		case message.CmdAddNode:
-			return "add_node"
-		case message.CmdBarrier:
-			return "barrier"
-		case message.CmdHeartbeat:
-			return "heartbeat"
-		case message.CmdAck:
-			return "ack"
-		case message.CmdTerminate:
-			return "terminate"
-		}
-		return "control"
-	}
-	return RequestKind(meta.Push, meta.Pull, meta.SimpleApp)
-}
+func Kind(meta *message.Meta) string { return kinds[kindIndex(meta)] }
 
 // RequestKind names a data message's kind: push, pull, pushpull or simple.
-func RequestKind(push, pull, simple bool) string {
-	switch {
-	case simple:
-		return "simple"
-	case push && pull:
-		return "pushpull"
-	case push:
-		return "push"
-	case pull:
-		return "pull"
-	}
-	return "none"
-}
+func RequestKind(push, pull, simple bool) string { return kinds[requestKindIndex(push, pull, simple)] }
 
 // Sent counts a message of n bytes sent.
 func (m *Metrics) Sent(meta *message.Meta, n int) {
 	if m == nil {
 		return
 	}
-	peer := PeerRole(int(meta.Recver))
-	m.msgsSent.WithLabelValues(peer, Kind(meta), strconv.FormatBool(meta.Request)).Inc()
-	m.bytesSent.WithLabelValues(peer).Add(float64(n))
+	m.count(&m.sentC, &m.bytesSentC, m.msgsSent, m.bytesSent, int(meta.Recver), meta, n)
 }
 
 // Received counts a message of n bytes received and accepted.
@@ -136,9 +191,30 @@ func (m *Metrics) Received(meta *message.Meta, n int) {
 	if m == nil {
 		return
 	}
-	peer := PeerRole(int(meta.Sender))
-	m.msgsRecv.WithLabelValues(peer, Kind(meta), strconv.FormatBool(meta.Request)).Inc()
-	m.bytesRecv.WithLabelValues(peer).Add(float64(n))
+	m.count(&m.recvC, &m.bytesRecvC, m.msgsRecv, m.bytesRecv, int(meta.Sender), meta, n)
+}
+
+// count counts a message of n bytes to or from node id.
+func (m *Metrics) count(msgs *[nPeers * nKinds * 2]atomic.Pointer[prometheus.Counter], bytes *[nPeers]atomic.Pointer[prometheus.Counter],
+	msgVec, byteVec *prometheus.CounterVec, id int, meta *message.Meta, n int) {
+	p, k, r := peerIndex(id), kindIndex(meta), 0
+	if meta.Request {
+		r = 1
+	}
+	child(&msgs[(p*nKinds+k)*2+r], func() prometheus.Counter {
+		return msgVec.WithLabelValues(peers[p], kinds[k], strconv.FormatBool(meta.Request))
+	}).Inc()
+	child(&bytes[p], func() prometheus.Counter { return byteVec.WithLabelValues(peers[p]) }).Add(float64(n))
+}
+
+// requestCounter returns the series of vec for key, cached in cache.
+func requestCounter(cache *sync.Map, vec *prometheus.CounterVec, key reqKey) prometheus.Counter {
+	if c, ok := cache.Load(key); ok {
+		return c.(prometheus.Counter)
+	}
+	c := vec.WithLabelValues(strconv.Itoa(key.app), strconv.Itoa(key.customer), key.kind)
+	cache.Store(key, c)
+	return c
 }
 
 // Dropped counts a received message dropped for reason (malformed,
@@ -191,7 +267,7 @@ func (m *Metrics) WorkerRequest(app, customer int, kind string) {
 	if m == nil {
 		return
 	}
-	m.workerRequests.WithLabelValues(strconv.Itoa(app), strconv.Itoa(customer), kind).Inc()
+	requestCounter(&m.workerReqC, m.workerRequests, reqKey{app, customer, kind}).Inc()
 }
 
 // WorkerLatency records how long a KV request took, at the worker.
@@ -199,7 +275,8 @@ func (m *Metrics) WorkerLatency(kind string, d time.Duration) {
 	if m == nil {
 		return
 	}
-	m.workerLatency.WithLabelValues(kind).Observe(d.Seconds())
+	k := kindOf(kind)
+	child(&m.latencyC[k], func() prometheus.Observer { return m.workerLatency.WithLabelValues(kinds[k]) }).Observe(d.Seconds())
 }
 
 // ServerRequest records a KV request a server handled and how long its
@@ -208,8 +285,9 @@ func (m *Metrics) ServerRequest(app, customer int, kind string, d time.Duration)
 	if m == nil {
 		return
 	}
-	m.serverRequests.WithLabelValues(strconv.Itoa(app), strconv.Itoa(customer), kind).Inc()
-	m.serverHandle.WithLabelValues(kind).Observe(d.Seconds())
+	requestCounter(&m.serverReqC, m.serverRequests, reqKey{app, customer, kind}).Inc()
+	k := kindOf(kind)
+	child(&m.handleC[k], func() prometheus.Observer { return m.serverHandle.WithLabelValues(kinds[k]) }).Observe(d.Seconds())
 }
 
 // BarrierWait records how long a barrier on group took.
