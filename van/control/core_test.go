@@ -669,3 +669,26 @@ func TestRefusalsHoldFewConnections(t *testing.T) {
 		t.Error("no stray was told it was refused")
 	}
 }
+
+// A replacement is possible (and the scheduler lets connections take over
+// identities) only on evidence about a member: a stray ADD_NODE alone does
+// not open that window.
+func TestReplacementPossibleNeedsEvidence(t *testing.T) {
+	s := newSim(t, 1, 1, heartbeatsOn)
+	s.startAll()
+	sched := s.node("scheduler").core
+	if sched.ReplacementPossible(s.now) {
+		t.Fatal("a replacement possible in a healthy job")
+	}
+	stray := s.add("stray", message.RoleWorker, "10.0.9.9:5000", 1, 1)
+	s.start(stray)
+	s.deliver()
+	if sched.ReplacementPossible(s.now) {
+		t.Error("a stray ADD_NODE made a replacement possible")
+	}
+	s.node("worker0").paused = true
+	s.tick(3*time.Second, 100*time.Millisecond)
+	if !sched.ReplacementPossible(s.now) {
+		t.Error("a worker silent for three heartbeats does not make a replacement possible")
+	}
+}

@@ -281,14 +281,12 @@ func (c *Core) recoverOrWait(o *out, n message.Node, now time.Time) {
 }
 
 // ReplacementPossible reports, at the scheduler, whether a server or worker
-// may be replaced soon: one is dead or gone and not replaced yet, one looks
-// dead, or a newcomer waits for a place.
+// may be replaced soon: one is dead or gone and not replaced yet, or looks
+// dead. A newcomer waiting for a place does not count: anyone can send an
+// ADD_NODE, and while this holds a connection can take a member's identity.
 func (c *Core) ReplacementPossible(now time.Time) bool {
 	if !c.IsScheduler() || c.phase != PhaseReady {
 		return false
-	}
-	if len(c.waiting) > 0 {
-		return true
 	}
 	for _, p := range c.peers {
 		if p.dead || p.left {
