@@ -158,7 +158,7 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 		errs = append(errs, fmt.Sprintf("DMLC_PS_VAN_TYPE=%q is not supported (only zmq)", vt))
 	}
 	if len(errs) == 0 && c.Role != message.RoleScheduler {
-		host, err := nodeHost(get("DMLC_NODE_HOST"), get("DMLC_INTERFACE"), c.SchedulerHost)
+		host, err := nodeHost(get("DMLC_NODE_HOST"), get("DMLC_INTERFACE"), c.SchedulerHost, c.SchedulerPort)
 		if err != nil {
 			errs = append(errs, err.Error())
 		}
@@ -175,7 +175,7 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 }
 
 // nodeHost picks the address a node announces.
-func nodeHost(nodeHost, iface, schedHost string) (string, error) {
+func nodeHost(nodeHost, iface, schedHost string, schedPort int) (string, error) {
 	if nodeHost != "" {
 		return nodeHost, nil
 	}
@@ -198,10 +198,36 @@ func nodeHost(nodeHost, iface, schedHost string) (string, error) {
 	if isLoopback(schedHost) {
 		return "127.0.0.1", nil
 	}
+	return pickHost(localIPv4s(), func() (string, error) { return routeTo(schedHost, schedPort) })
+}
+
+// pickHost chooses the address a node announces without DMLC_NODE_HOST or
+// DMLC_INTERFACE: the one this host sends from to reach the scheduler
+// (route), when it is one of the host's addresses; otherwise the first
+// address of an interface that is up (as C++ ps-lite does), which is wrong
+// on a host whose first interface is not on the job's network.
+func pickHost(addrs []string, route func() (string, error)) (string, error) {
+	if ip, err := route(); err == nil {
+		for _, a := range addrs {
+			if a == ip {
+				return ip, nil
+			}
+		}
+	}
+	if len(addrs) > 0 {
+		return addrs[0], nil
+	}
+	return "", errors.New("found no network interface with an IPv4 address; set DMLC_NODE_HOST or DMLC_INTERFACE")
+}
+
+// localIPv4s lists the non-loopback IPv4 addresses of the interfaces that
+// are up, in interface order.
+func localIPv4s() []string {
 	ifaces, err := net.Interfaces()
 	if err != nil {
-		return "", fmt.Errorf("list network interfaces: %v", err)
+		return nil
 	}
+	var out []string
 	for _, ifc := range ifaces {
 		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
 			continue
@@ -209,11 +235,24 @@ func nodeHost(nodeHost, iface, schedHost string) (string, error) {
 		addrs, _ := ifc.Addrs()
 		for _, a := range addrs {
 			if ip, ok := a.(*net.IPNet); ok && ip.IP.To4() != nil && !ip.IP.IsLoopback() {
-				return ip.IP.String(), nil
+				out = append(out, ip.IP.String())
 			}
 		}
 	}
-	return "", errors.New("found no network interface with an IPv4 address; set DMLC_NODE_HOST or DMLC_INTERFACE")
+	return out
+}
+
+// routeTo returns the source address this host would use to reach
+// host:port. A UDP "connection" only asks the kernel for the route: no
+// packet is sent. A host name is resolved, bounded by a few seconds.
+func routeTo(host string, port int) (string, error) {
+	d := net.Dialer{Timeout: 3 * time.Second}
+	c, err := d.Dial("udp4", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP.String(), nil
 }
 
 func isLoopback(host string) bool {
