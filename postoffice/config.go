@@ -23,7 +23,8 @@ type Config struct {
 	SchedulerPort int          // DMLC_PS_ROOT_PORT
 	// Host is the address this node announces: DMLC_NODE_HOST, else the
 	// address of DMLC_INTERFACE, else 127.0.0.1 when the scheduler is on
-	// loopback, else the first non-loopback IPv4 address.
+	// loopback, else the address the host reaches the scheduler from, else
+	// the first non-loopback IPv4 address.
 	Host string
 	Port int // PORT; 0 picks a free port
 	// Local uses ipc:// endpoints (DMLC_LOCAL=1).
