@@ -78,9 +78,9 @@ func New(appID, customerID int, handle Handler, log zerolog.Logger, opts ...Opti
 		queue:      NewQueue(),
 		tracker:    NewTracker(),
 		log:        log.With().Int("app", appID).Int("customer", customerID).Logger(),
-		dropLog:    log.With().Int("app", appID).Int("customer", customerID).Logger().Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Second}),
 		done:       make(chan struct{}),
 	}
+	c.dropLog = c.log.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Second})
 	for _, o := range opts {
 		o(c)
 	}

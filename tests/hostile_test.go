@@ -100,24 +100,15 @@ func TestHostileInput(t *testing.T) {
 			}
 		}
 	}()
-	var wg sync.WaitGroup
-	for r, p := range c.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w, _ := kv.NewKVWorker[float32](p, 0, 0)
-			keys := make([]uint64, 1000)
-			vals := make([]float32, 1000)
-			for i := range keys {
-				keys[i] = message.MaxKey/1000*uint64(i) + uint64(r)
-				vals[i] = float32(i % 97)
-			}
-			if err := testcluster.PushRepeatPull(w, keys, vals, 20); err != nil {
-				t.Errorf("worker %d: %v", r, err)
-			}
-		}()
-	}
-	wg.Wait()
+	eachWorker(t, c, func(r int, w *kv.KVWorker[float32]) error {
+		keys := make([]uint64, 1000)
+		vals := make([]float32, 1000)
+		for i := range keys {
+			keys[i] = message.MaxKey/1000*uint64(i) + uint64(r)
+			vals[i] = float32(i % 97)
+		}
+		return testcluster.PushRepeatPull(w, keys, vals, 20)
+	})
 	attack.Wait()
 	ctx.Term()
 	t.Logf("sent %d hostile messages", sent)

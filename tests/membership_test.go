@@ -65,6 +65,28 @@ func sendMultipart(s *zmq.Socket, frames [][]byte) error {
 	return nil
 }
 
+// eachWorker runs f at once on every worker of c, each with a float32 KV
+// worker of its own (app 0, customer 0), waits for them, and fails the test
+// with the error of each worker whose f failed.
+func eachWorker(t *testing.T, c *testcluster.Cluster, f func(rank int, w *kv.KVWorker[float32]) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for r, p := range c.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w, err := kv.NewKVWorker[float32](p, 0, 0)
+			if err == nil {
+				err = f(r, w)
+			}
+			if err != nil {
+				t.Errorf("worker %d: %v", r, err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
 // serveKV puts a float32 KV server with a default handle on every server.
 func serveKV(t *testing.T, c *testcluster.Cluster) {
 	t.Helper()
@@ -164,33 +186,20 @@ func TestForgedMetasFromNonMembers(t *testing.T) {
 		}
 	}()
 
-	var wg sync.WaitGroup
-	for r, p := range c.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w, err := kv.NewKVWorker[float32](p, 0, 0)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			vals := make([]float32, nkeys)
-			for i := range vals {
-				vals[i] = float32(i%7 + r)
-			}
-			// Both workers push the same keys: each pulls the sum of
-			// both workers' pushes once both have pushed, so check each
-			// worker's own rounds through distinct keys.
-			own := make([]uint64, nkeys)
-			for i := range own {
-				own[i] = keys[i] + 1 + uint64(r)
-			}
-			if err := testcluster.PushRepeatPull(w, own, vals, 20); err != nil {
-				t.Errorf("worker %d: %v", r, err)
-			}
-		}()
-	}
-	wg.Wait()
+	eachWorker(t, c, func(r int, w *kv.KVWorker[float32]) error {
+		vals := make([]float32, nkeys)
+		for i := range vals {
+			vals[i] = float32(i%7 + r)
+		}
+		// Both workers push the same keys: each pulls the sum of both
+		// workers' pushes once both have pushed, so check each worker's
+		// own rounds through distinct keys.
+		own := make([]uint64, nkeys)
+		for i := range own {
+			own[i] = keys[i] + 1 + uint64(r)
+		}
+		return testcluster.PushRepeatPull(w, own, vals, 20)
+	})
 	stop.Store(true)
 	attack.Wait()
 	ctx.Term()

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -86,26 +85,13 @@ func TestMetricsAgreeWithTheJob(t *testing.T) {
 	}})
 	serveKV(t, c)
 	const rounds = 25
-	var wg sync.WaitGroup
-	for r, p := range c.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w, err := kv.NewKVWorker[float32](p, 0, 0)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			keys := make([]uint64, 100) // spread over both servers
-			for i := range keys {
-				keys[i] = message.MaxKey/100*uint64(i) + uint64(r)
-			}
-			if err := testcluster.PushRepeatPull(w, keys, make([]float32, len(keys)), rounds); err != nil {
-				t.Errorf("worker %d: %v", r, err)
-			}
-		}()
-	}
-	wg.Wait()
+	eachWorker(t, c, func(r int, w *kv.KVWorker[float32]) error {
+		keys := make([]uint64, 100) // spread over both servers
+		for i := range keys {
+			keys[i] = message.MaxKey/100*uint64(i) + uint64(r)
+		}
+		return testcluster.PushRepeatPull(w, keys, make([]float32, len(keys)), rounds)
+	})
 	fams := map[*postoffice.Postoffice]map[string]*dto.MetricFamily{}
 	for _, p := range c.All() {
 		fams[p] = scrape(t, p)

@@ -115,7 +115,8 @@ func (v *Van) applyHandover() {
 	if !ok {
 		return
 	}
-	want := v.replacing.Load() || v.clock.Now().UnixNano() < v.handoverUntil.Load()
+	until := v.handoverUntil.Load() // 0 until a replacement: no clock read per message
+	want := v.replacing.Load() || until != 0 && v.clock.Now().UnixNano() < until
 	if want == v.handoverOn.Load() {
 		return
 	}

@@ -289,11 +289,11 @@ func (c *Core) ReplacementPossible(now time.Time) bool {
 		return false
 	}
 	for _, p := range c.peers {
-		if p.dead || p.left {
+		if p.dead || p.left || c.looksDead(p, now) {
 			return true
 		}
 	}
-	return c.suspectOfRole(message.RoleServer, now) || c.suspectOfRole(message.RoleWorker, now)
+	return false
 }
 
 // suspectOfRole reports whether the scheduler has evidence that a server or
@@ -301,17 +301,18 @@ func (c *Core) ReplacementPossible(now time.Time) bool {
 // on and it has missed two. Only then may a newcomer wait for its place.
 func (c *Core) suspectOfRole(role message.Role, now time.Time) bool {
 	for _, p := range c.peers {
-		if p.node.Role != role || p.dead || p.left {
-			continue
-		}
-		if c.cfg.ConnEvents && !p.connUp && !p.downSince.IsZero() {
-			return true
-		}
-		if c.heartbeats() && now.Sub(p.lastHeard) > 2*c.cfg.HeartbeatInterval {
+		if p.node.Role == role && !p.dead && !p.left && c.looksDead(p, now) {
 			return true
 		}
 	}
 	return false
+}
+
+// looksDead reports whether live peer p may be dead: its connection is
+// down, or heartbeats are on and it has missed two.
+func (c *Core) looksDead(p *peer, now time.Time) bool {
+	return c.cfg.ConnEvents && !p.connUp && !p.downSince.IsZero() ||
+		c.heartbeats() && now.Sub(p.lastHeard) > 2*c.cfg.HeartbeatInterval
 }
 
 // refuse turns n away and tells it why: an abort notice over a connection
