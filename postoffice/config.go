@@ -11,7 +11,13 @@ import (
 
 	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/van"
+	"github.com/gopslite/pslite/van/control"
 )
+
+// DefaultLinkTimeout is PS_LINK_TIMEOUT's default: longer than a
+// one-minute outage and the TCP retransmission backoff after it, so that
+// such an outage is ridden out with the defaults.
+const DefaultLinkTimeout = 180 * time.Second
 
 // Config is a node's view of its job. ConfigFromEnv fills it from the
 // environment variables C++ ps-lite reads.
@@ -67,6 +73,14 @@ type Config struct {
 	Resend bool
 	// ResendTimeout is PS_RESEND_TIMEOUT (milliseconds, default 1000).
 	ResendTimeout time.Duration
+	// LinkTimeout is PS_LINK_TIMEOUT (seconds, default 180; 0 turns it
+	// off): a connection that carries nothing from its peer this long is
+	// dropped (ZMTP heartbeats, TCP keepalive and TCP user timeout), so a
+	// dead link or host is noticed without PS_HEARTBEAT_INTERVAL.
+	LinkTimeout time.Duration
+	// ResendGiveUp is PS_RESEND_GIVEUP (seconds, default 180): how long
+	// after its first send a message still unacknowledged is given up on.
+	ResendGiveUp time.Duration
 	// ResendMaxRetry is PS_RESEND_MAX_RETRY, the resends before a request
 	// fails, (retries+1) timeouts after it was sent (default 20).
 	ResendMaxRetry int
@@ -146,7 +160,9 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	c.StartTimeout = time.Duration(intVar("PS_START_TIMEOUT", 0, 0, 1<<20, false)) * time.Second
 	c.Resend = intVar("PS_RESEND", 0, 0, 1<<30, false) != 0
 	c.ResendTimeout = time.Duration(intVar("PS_RESEND_TIMEOUT", 1000, 1, 1<<30, false)) * time.Millisecond
-	c.ResendMaxRetry = intVar("PS_RESEND_MAX_RETRY", 20, 1, 1<<20, false)
+	c.LinkTimeout = time.Duration(intVar("PS_LINK_TIMEOUT", int(DefaultLinkTimeout/time.Second), 0, 1<<20, false)) * time.Second
+	c.ResendGiveUp = time.Duration(intVar("PS_RESEND_GIVEUP", int(control.DefaultResendGiveUp/time.Second), 1, 1<<20, false)) * time.Second
+	c.ResendMaxRetry = intVar("PS_RESEND_MAX_RETRY", 0, 0, 1<<20, false)
 	if pub, sec := get("PS_CURVE_PUBLIC_KEY"), get("PS_CURVE_SECRET_KEY"); pub != "" || sec != "" {
 		keys := van.CurveKeys{Public: pub, Secret: sec}
 		if err := keys.Check(); err != nil {

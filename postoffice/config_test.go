@@ -90,7 +90,8 @@ func TestConfigComplete(t *testing.T) {
 		RecoveryWait:     5 * time.Second,
 		SetRankEnv:       true,
 		ResendTimeout:    time.Second,
-		ResendMaxRetry:   20,
+		ResendGiveUp:     180 * time.Second,
+		LinkTimeout:      180 * time.Second,
 		MaxMessageBytes:  1 << 30,
 	}
 	if c != want {
@@ -112,6 +113,8 @@ func TestConfigOptional(t *testing.T) {
 		"PS_RESEND", "1",
 		"PS_RESEND_TIMEOUT", "250",
 		"PS_RESEND_MAX_RETRY", "3",
+		"PS_RESEND_GIVEUP", "75",
+		"PS_LINK_TIMEOUT", "0",
 		"PS_RECOVERY_WAIT", "12",
 		"DMLC_PS_VAN_TYPE", "zmq",
 	))
@@ -131,6 +134,8 @@ func TestConfigOptional(t *testing.T) {
 		{"Resend", c.Resend, true},
 		{"ResendTimeout", c.ResendTimeout, 250 * time.Millisecond},
 		{"ResendMaxRetry", c.ResendMaxRetry, 3},
+		{"ResendGiveUp", c.ResendGiveUp, 75 * time.Second},
+		{"LinkTimeout", c.LinkTimeout, time.Duration(0)},
 		{"RecoveryWait", c.RecoveryWait, 12 * time.Second},
 	}
 	for _, ch := range checks {
@@ -202,7 +207,9 @@ func TestConfigMalformedInts(t *testing.T) {
 		{"PS_HEARTBEAT_INTERVAL", "1s"},
 		{"PS_HEARTBEAT_TIMEOUT", "x"},
 		{"PS_RESEND_TIMEOUT", "0"},
-		{"PS_RESEND_MAX_RETRY", "0"},
+		{"PS_RESEND_MAX_RETRY", "-1"},
+		{"PS_RESEND_GIVEUP", "0"},
+		{"PS_LINK_TIMEOUT", "-1"},
 		{"DMLC_LOCAL", "true"},
 		{"DMLC_USE_KUBERNETES", "yes"},
 		{"PS_START_TIMEOUT", "-3"},

@@ -166,6 +166,7 @@ func New(cfg Config, opts ...Option) (*Postoffice, error) {
 		Resend:            cfg.Resend,
 		ResendTimeout:     cfg.ResendTimeout,
 		ResendMaxRetry:    cfg.ResendMaxRetry,
+		ResendGiveUp:      cfg.ResendGiveUp,
 		Clock:             o.clock,
 		Metrics:           p.metrics,
 	}, tr, (*handler)(p), log)

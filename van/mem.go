@@ -522,7 +522,7 @@ func (t *memTransport) Send(ctx context.Context, id int, frames [][]byte, _ bool
 	return t.send(ctx, id, frames, true)
 }
 
-func (t *memTransport) TrySend(id int, frames [][]byte) (int, error) {
+func (t *memTransport) TrySend(id int, frames [][]byte, _ bool) (int, error) {
 	return t.send(context.Background(), id, frames, false)
 }
 

@@ -125,7 +125,7 @@ func TestMemPauseAndKill(t *testing.T) {
 	if _, _, err := recv.Recv(); !errors.Is(err, ErrClosed) {
 		t.Errorf("Recv on a killed node: %v", err)
 	}
-	if _, err := recv.TrySend(2, [][]byte{{1}}); !errors.Is(err, ErrClosed) {
+	if _, err := recv.TrySend(2, [][]byte{{1}}, false); !errors.Is(err, ErrClosed) {
 		t.Errorf("TrySend from a killed node: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -153,7 +153,7 @@ func TestMemBackpressure(t *testing.T) {
 	n.Pause("b:2") // the receiver does not read, and its queue is unbounded while paused
 	n.Resume("b:2")
 	for i := 0; i < memLimit; i++ {
-		if _, err := send.TrySend(2, [][]byte{{1}}); err != nil {
+		if _, err := send.TrySend(2, [][]byte{{1}}, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -162,7 +162,7 @@ func TestMemBackpressure(t *testing.T) {
 	if _, err := send.Send(ctx, 2, [][]byte{{1}}, false); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Send to a full queue: %v", err)
 	}
-	if _, err := send.TrySend(2, [][]byte{{1}}); err != nil {
+	if _, err := send.TrySend(2, [][]byte{{1}}, false); err != nil {
 		t.Fatalf("TrySend below the hard limit: %v", err)
 	}
 	if _, _, err := recv.Recv(); err != nil {

@@ -148,7 +148,7 @@ func (v *Van) replayEarly() bool {
 func (v *Van) handle(msg *message.Message) verdict {
 	r := v.res.Load()
 	if r != nil {
-		ack, drop := r.r.Incoming(msg)
+		ack, drop := r.r.Incoming(msg, v.clock.Now())
 		if ack != nil {
 			// Never wait here: an ACK that cannot be queued is dropped,
 			// and the peer's resend is acknowledged later.
@@ -185,7 +185,7 @@ func (v *Van) handle(msg *message.Message) verdict {
 			// that resending is on (its sender resends it until then), as
 			// sent to the id it gave.
 			msg.Meta.Recver = v.MyNode().ID
-			if ack, _ := r.r.Incoming(msg); ack != nil {
+			if ack, _ := r.r.Incoming(msg, v.clock.Now()); ack != nil {
 				if _, err := v.trySend(ack); err != nil {
 					v.log.Debug().Err(err).Msg("ACK not sent")
 				}

@@ -15,28 +15,23 @@ type resendDriver struct {
 	stopTick func()
 }
 
-func newResendDriver(v *Van, timeout time.Duration, maxRetry int) *resendDriver {
-	if timeout <= 0 {
-		timeout = time.Second
-	}
-	if maxRetry <= 0 {
-		maxRetry = 20
-	}
-	d := &resendDriver{v: v, r: control.NewResender(timeout, maxRetry)}
-	d.stopTick = ticker(v.clock, timeout/4, d.check)
+func newResendDriver(v *Van, cfg control.ResendConfig) *resendDriver {
+	d := &resendDriver{v: v, r: control.NewResender(cfg)}
+	d.stopTick = ticker(v.clock, d.r.Timeout()/4, d.check)
 	return d
 }
 
 func (d *resendDriver) check() {
-	resend, failed := d.r.Due(d.v.clock.Now())
+	now := d.v.clock.Now()
+	resend, failed := d.r.Due(now)
 	for _, p := range resend {
 		// A resend that would wait (the peer is not reading) is tried again
 		// on the next tick rather than piling onto a full queue.
-		if _, err := d.v.trySend(p.Msg); err != nil {
+		if _, err := d.v.resend(p.Msg); err != nil {
 			d.v.log.Debug().Err(err).Msg("resend deferred")
 			continue
 		}
-		n := d.r.Resent(p)
+		n := d.r.Resent(p, now)
 		d.v.metrics.Resent()
 		d.v.log.Info().Str("msg", p.Msg.String()).Int("retry", n).Msg("no ACK in time; resent")
 	}
@@ -52,7 +47,7 @@ func (d *resendDriver) check() {
 func (d *resendDriver) reawait(id int) {
 	msgs := d.r.Reawait(int32(id), d.v.clock.Now())
 	for _, m := range msgs {
-		if _, err := d.v.trySend(m); err != nil {
+		if _, err := d.v.resend(m); err != nil {
 			d.v.log.Debug().Err(err).Msg("resend to a replacement deferred")
 		}
 	}

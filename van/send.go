@@ -49,6 +49,14 @@ func (v *Van) post(msg *message.Message) (int, error) {
 // through them, everyone).
 func (v *Van) trySend(msg *message.Message) (int, error) { return v.send(nil, msg, false) }
 
+// resend sends again, without waiting, a message the resender keeps: its
+// frames are not copied (the resender never changes them).
+func (v *Van) resend(msg *message.Message) (int, error) {
+	shared := *msg
+	shared.ZeroCopy = true
+	return v.send(nil, &shared, false)
+}
+
 // send sends msg once: with ctx, waiting for room; without, never waiting.
 func (v *Van) send(ctx context.Context, msg *message.Message, wait bool) (int, error) {
 	if msg.Meta.Recver == emptyID {
@@ -71,7 +79,7 @@ func (v *Van) send(ctx context.Context, msg *message.Message, wait bool) (int, e
 	if wait {
 		n, err = v.tr.Send(ctx, int(msg.Meta.Recver), frames, msg.ZeroCopy)
 	} else {
-		n, err = v.tr.TrySend(int(msg.Meta.Recver), frames)
+		n, err = v.tr.TrySend(int(msg.Meta.Recver), frames, msg.ZeroCopy)
 	}
 	if err != nil {
 		return n, err

@@ -76,8 +76,9 @@ type Transport interface {
 	// TrySend is Send that never waits: it queues small control messages
 	// even on a full queue, up to a hard limit, past which it returns
 	// ErrWouldBlock. The receive loop and the control protocol send this
-	// way, so that they are never stuck behind a slow peer.
-	TrySend(id int, frames [][]byte) (int, error)
+	// way, so that they are never stuck behind a slow peer. shared is as
+	// for Send (the resender's kept copies are sent shared).
+	TrySend(id int, frames [][]byte, shared bool) (int, error)
 	// Recv returns the next message: the sender's identity and its frames.
 	// It returns ErrRecvTimeout now and then so that the caller can check
 	// whether to stop.

@@ -72,8 +72,12 @@ type Config struct {
 	// ResendTimeout is how long to wait for an ACK before resending
 	// (PS_RESEND_TIMEOUT; default 1s).
 	ResendTimeout time.Duration
-	// ResendMaxRetry is how many times a message is resent before the send
-	// fails (default 20).
+	// ResendGiveUp is how long after its first send an unacknowledged
+	// message is given up on (PS_RESEND_GIVEUP; default
+	// control.DefaultResendGiveUp).
+	ResendGiveUp time.Duration
+	// ResendMaxRetry, when positive, also gives a message up once it has
+	// been resent this many times (PS_RESEND_MAX_RETRY; default no cap).
 	ResendMaxRetry int
 	// Clock runs the protocol's timers; nil is the system clock.
 	Clock Clock

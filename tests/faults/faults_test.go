@@ -16,6 +16,7 @@ import (
 	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/postoffice"
 	"github.com/gopslite/pslite/van"
+	"github.com/gopslite/pslite/van/control"
 )
 
 // The production settings of the failure model: heartbeats every second,
@@ -41,7 +42,6 @@ func heartbeats(timeout time.Duration) func(*postoffice.Config) {
 func resend(c *postoffice.Config) {
 	c.Resend = true
 	c.ResendTimeout = time.Second
-	c.ResendMaxRetry = 20
 }
 
 func both(fs ...func(*postoffice.Config)) func(*postoffice.Config) {
@@ -563,28 +563,34 @@ func pause(e *env, p *postoffice.Postoffice) func() {
 	return func() { e.net.Resume(addr) }
 }
 
-// Row: a link down 60 s. Without resending or heartbeats, TCP (here, the
-// held link) rides it out and the job completes. With resending, the
-// workers' requests fail after the retry budget (21 s), the workers exit,
-// and every other node fails within the bound (the cut-off server once the
-// link returns). With heartbeats (5 s), everyone fails within the bound,
-// the cut-off server on its own.
+// Row: a link down 60 s. Without heartbeats, with or without resending,
+// TCP (here, the held link) rides it out and the job completes: resending
+// gives up only PS_RESEND_GIVEUP (180 s) after a message's first send. A
+// link down past that is given up on: the worker's request fails, the
+// worker exits, and every other node fails within the bound (the cut-off
+// server once the link returns). With heartbeats (5 s), everyone fails
+// within the bound, the cut-off server on its own.
 func TestLongPartition(t *testing.T) {
-	t.Run("no resend, no heartbeats: completes", func(t *testing.T) {
-		e := newEnv(t, 2, 1, nil)
-		e.startWorkers()
-		e.waitRounds(3)
-		heal := isolate(e, e.c.Servers[1])
-		e.advance(60 * time.Second)
-		heal()
-		e.waitRounds(3)
-		for n, err := range e.finish(e.c.Servers...) {
-			if err != nil {
-				t.Errorf("%s: %v", n, err)
+	for _, c := range []struct {
+		name string
+		cfg  func(*postoffice.Config)
+	}{{"no resend, no heartbeats: completes", nil}, {"resend, no heartbeats: completes", resend}} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, 2, 1, c.cfg)
+			e.startWorkers()
+			e.waitRounds(3)
+			heal := isolate(e, e.c.Servers[1])
+			e.advance(60 * time.Second)
+			heal()
+			e.waitRounds(3)
+			for n, err := range e.finish(e.c.Servers...) {
+				if err != nil {
+					t.Errorf("%s: %v", n, err)
+				}
 			}
-		}
-	})
-	t.Run("resend: past the retry budget", func(t *testing.T) {
+		})
+	}
+	t.Run("resend: past PS_RESEND_GIVEUP", func(t *testing.T) {
 		e := newEnv(t, 2, 1, resend)
 		// Rounds one by one, so that the cut falls between two: the
 		// next request cannot arrive. (One that arrived before a cut waits
@@ -600,14 +606,16 @@ func TestLongPartition(t *testing.T) {
 		cut := e.c.Servers[1]
 		heal := isolate(e, cut)
 		w.release()
-		took := e.within(30*time.Second, "the worker's request fails", func() bool { return isDone(w.done) })
+		took := e.within(control.DefaultResendGiveUp+10*time.Second, "the worker's request fails", func() bool { return isDone(w.done) })
 		t.Logf("the worker's request failed %v into the partition: %v", took, w.err)
-		if w.err == nil || !strings.Contains(w.err.Error(), "server 1 (node 10)") {
-			t.Fatalf("worker: %v, want an error naming server 1", w.err)
+		if w.err == nil || !strings.Contains(w.err.Error(), "server 1 (node 10)") || !strings.Contains(w.err.Error(), "PS_RESEND_GIVEUP") {
+			t.Fatalf("worker: %v, want an error naming server 1 and PS_RESEND_GIVEUP", w.err)
+		}
+		if took < control.DefaultResendGiveUp {
+			t.Errorf("given up on after %v, before PS_RESEND_GIVEUP", took)
 		}
 		e.kill(w.p) // the worker program exits on the error
 		e.within(bound, "the others fail", func() bool { return failed(e.c.Scheduler) && failed(e.c.Servers[0]) })
-		e.advance(60*time.Second - took)
 		heal()
 		e.within(bound, "the cut-off server fails once the link is back", func() bool { return failed(cut) })
 		e.expectFailed([]*postoffice.Postoffice{e.c.Scheduler, e.c.Servers[0], cut}, "worker 0 (node 9)")

@@ -30,24 +30,75 @@ func MsgSig(appID, sender, recver, timestamp int32, request bool) uint64 {
 	return sig
 }
 
+// Resend policy defaults.
+const (
+	// DefaultResendGiveUp is how long after its first send a message is
+	// given up on by default: long enough to ride out a one-minute outage
+	// and the TCP retransmission backoff that follows it (up to about a
+	// minute more), short enough that a link gone for good ends in an error.
+	DefaultResendGiveUp = 180 * time.Second
+	// maxBackoff caps the doubling of the wait between resends, in
+	// timeouts: after the 1st, 2nd, 3rd resend the next waits 2, 4, 8
+	// timeouts, and 8 from then on.
+	maxBackoff = 8
+	// assumedRate is the rate, in bytes a second, a line is assumed to carry
+	// until a large message has measured it: 8 MiB/s, slower than any
+	// network a job runs on, so that a large message is not resent before
+	// it can have arrived.
+	assumedRate = 8 << 20
+	// rateSample is the size from which a message's ACK measures its line's
+	// rate (smaller ones measure the round trip, not the rate).
+	rateSample = 1 << 20
+)
+
+// ResendConfig is the policy of a Resender.
+type ResendConfig struct {
+	// Timeout is how long a message may go unacknowledged, once it can
+	// have arrived, before it is resent (PS_RESEND_TIMEOUT).
+	Timeout time.Duration
+	// GiveUp is how long after its first send a message still
+	// unacknowledged is given up on (PS_RESEND_GIVEUP; 0 means
+	// DefaultResendGiveUp).
+	GiveUp time.Duration
+	// MaxRetry, when positive, also gives a message up once it has been
+	// resent this many times and is due again (PS_RESEND_MAX_RETRY).
+	MaxRetry int
+}
+
 // Resender is the bookkeeping of PS_RESEND: it keeps every message sent
-// until its ACK arrives, says which to resend (the k-th resend k timeouts
-// after the first send, as C++ does) and which to give up on (maxRetry+1
-// timeouts after the send); it acknowledges received messages and
-// suppresses duplicates. It is safe for concurrent use; the caller does the
-// sending and tells it the time.
+// until its ACK arrives, says which to resend and which to give up on; it
+// acknowledges received messages and suppresses duplicates. It is safe for
+// concurrent use; the caller does the sending and tells it the time.
+//
+// When a message is due. Messages to one peer travel in order over one
+// connection, so a message cannot arrive, and its ACK cannot come back,
+// before everything sent to that peer ahead of it has arrived. The
+// Resender keeps, per peer, the line of transmissions (first sends and
+// resends) in the order they were handed to the transport. A message's
+// timer starts only when it could have left: when it reaches the head of
+// its line (everything ahead was acknowledged, or found to have arrived
+// because something sent after it was), or when a later message's ACK
+// shows that it arrived without its own ACK. It is then resent after the
+// timeout, doubled at each resend up to maxBackoff timeouts, plus twice
+// the time its bytes take at the line's measured rate (assumedRate until
+// measured). So a message still queued behind others, or behind its own
+// earlier transmission, is never resent, and a large message on a slow
+// link is given the time to arrive. A resend goes to the back of the
+// line, and the message it repeats leaves the head, so the messages behind
+// it get their turn. An ACK of a message sent more than once does not say
+// which transmission arrived, so it shows nothing about the others.
 //
 // An ACK says that a request arrived, not that it was handled: a server can
 // die between the two. So a data request is kept, without resends, after
 // its ACK until its response arrives; when the server is replaced, Reawait
 // sends it again, to the replacement (maxAwaiting bounds how many are kept).
 type Resender struct {
-	timeout  time.Duration
-	maxRetry int
+	cfg ResendConfig
 
-	mu      sync.Mutex // guards sendBuf, unacked and seen
+	mu      sync.Mutex // guards sendBuf, unacked, lines and seen
 	sendBuf map[uint64]*Pending
 	unacked int // entries of sendBuf not acknowledged
+	lines   map[int32]*line
 	seen    sigRing
 }
 
@@ -58,31 +109,125 @@ const maxAwaiting = 1 << 16
 type Pending struct {
 	Msg     *message.Message
 	sig     uint64
-	sent    time.Time
+	size    int       // bytes of its data frames
+	first   time.Time // first sent: the give-up time runs from here
 	retries int
-	acked   bool // a request acknowledged, waiting for its response
+	acked   bool          // a request acknowledged, waiting for its response
+	tx      *transmission // the latest transmission; nil once acked
+}
+
+// transmission is one send of a message: the first or a resend.
+type transmission struct {
+	p      *Pending
+	head   time.Time // when it became the head of its line; zero before
+	passed time.Time // when a later message's ACK showed it arrived; zero before
+	inLine bool
+}
+
+// line is the transmissions to one peer that may not have arrived yet, in
+// the order they were sent; the first is the head.
+type line struct {
+	q    []*transmission
+	rate float64 // measured bytes a second; 0 until measured
+}
+
+// push appends tx at now.
+func (l *line) push(tx *transmission, now time.Time) {
+	tx.inLine = true
+	l.q = append(l.q, tx)
+	if len(l.q) == 1 {
+		tx.head = now
+	}
+}
+
+// remove takes tx out of the line; if it was the head, the next one
+// becomes the head at now. Lines are drained from the front, so tx is
+// usually near it.
+func (l *line) remove(tx *transmission, now time.Time) {
+	if !tx.inLine {
+		return
+	}
+	tx.inLine = false
+	i := slices.Index(l.q, tx)
+	if i < 0 {
+		return
+	}
+	l.q = slices.Delete(l.q, i, i+1)
+	if i == 0 && len(l.q) > 0 {
+		l.q[0].head = now
+	}
+}
+
+// arrived takes tx, whose ACK came at now, and everything ahead of it out of
+// the line: those arrived too. It measures the line's rate on large
+// messages.
+func (l *line) arrived(tx *transmission, now time.Time) {
+	i := slices.Index(l.q, tx)
+	if i < 0 {
+		return
+	}
+	for _, ahead := range l.q[:i] {
+		ahead.inLine, ahead.passed = false, now
+	}
+	tx.inLine = false
+	if i == 0 && tx.p.size >= rateSample {
+		if d := now.Sub(tx.head).Seconds(); d > 0 {
+			sample := float64(tx.p.size) / d
+			if l.rate == 0 {
+				l.rate = sample
+			} else {
+				l.rate = 0.75*l.rate + 0.25*sample
+			}
+		}
+	}
+	clear(l.q[:i+1])
+	l.q = l.q[i+1:]
+	if len(l.q) > 0 {
+		l.q[0].head = now
+	}
+}
+
+// allowance is the time size bytes take on the line, twice over.
+func (l *line) allowance(size int) time.Duration {
+	rate := l.rate
+	if rate <= 0 {
+		rate = assumedRate
+	}
+	return time.Duration(2 * float64(size) / rate * float64(time.Second))
 }
 
 // awaitsResponse reports whether a message is a data request, kept after
 // its ACK until the response comes.
 func awaitsResponse(m *message.Message) bool { return m.Meta.Request && !m.Meta.IsControl() }
 
-// NewResender returns a resender that resends after timeout and gives up
-// after maxRetry resends.
-func NewResender(timeout time.Duration, maxRetry int) *Resender {
+// NewResender returns a resender with the policy cfg.
+func NewResender(cfg ResendConfig) *Resender {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = time.Second
+	}
+	if cfg.GiveUp <= 0 {
+		cfg.GiveUp = DefaultResendGiveUp
+	}
 	return &Resender{
-		timeout:  timeout,
-		maxRetry: maxRetry,
-		sendBuf:  make(map[uint64]*Pending),
-		seen:     newSigRing(SeenCapacity),
+		cfg:     cfg,
+		sendBuf: make(map[uint64]*Pending),
+		lines:   make(map[int32]*line),
+		seen:    newSigRing(SeenCapacity),
 	}
 }
 
 // Timeout returns the resend timeout.
-func (r *Resender) Timeout() time.Duration { return r.timeout }
+func (r *Resender) Timeout() time.Duration { return r.cfg.Timeout }
 
-// Budget returns how long after its send a message is given up on.
-func (r *Resender) Budget() time.Duration { return r.timeout * time.Duration(r.maxRetry+1) }
+// lineTo returns the line to peer id.
+func (r *Resender) lineTo(id int32) *line {
+	l := r.lines[id]
+	if l == nil {
+		l = &line{}
+		r.lines[id] = l
+	}
+	return l
+}
 
 // Outgoing remembers msg, sent by myID at now, until it is acknowledged.
 // A message whose frames the sender may reuse (not ZeroCopy) is kept as a
@@ -92,6 +237,10 @@ func (r *Resender) Outgoing(msg *message.Message, myID int32, now time.Time) {
 		return
 	}
 	sig := MsgSig(msg.Meta.AppID, myID, msg.Meta.Recver, msg.Meta.Timestamp, msg.Meta.Request)
+	size := 0
+	for _, f := range msg.Data {
+		size += len(f)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.sendBuf[sig]; ok {
@@ -105,20 +254,23 @@ func (r *Resender) Outgoing(msg *message.Message, myID int32, now time.Time) {
 		}
 		msg = &cp
 	}
-	r.sendBuf[sig] = &Pending{Msg: msg, sig: sig, sent: now}
+	p := &Pending{Msg: msg, sig: sig, size: size, first: now}
+	p.tx = &transmission{p: p}
+	r.lineTo(msg.Meta.Recver).push(p.tx, now)
+	r.sendBuf[sig] = p
 	r.unacked++
 }
 
-// Incoming handles a received message: it consumes ACKs, and for
+// Incoming handles a message received at now: it consumes ACKs, and for
 // everything else returns the ACK to send back. drop reports a message the
 // receiver must not handle (an ACK, or a duplicate).
-func (r *Resender) Incoming(msg *message.Message) (ack *message.Message, drop bool) {
+func (r *Resender) Incoming(msg *message.Message, now time.Time) (ack *message.Message, drop bool) {
 	switch msg.Meta.Control.Cmd {
 	case message.CmdTerminate:
 		return nil, false
 	case message.CmdAck:
 		r.mu.Lock()
-		r.ackLocked(msg.Meta.Control.MsgSig)
+		r.ackLocked(msg.Meta.Control.MsgSig, now)
 		r.mu.Unlock()
 		return nil, true
 	}
@@ -135,6 +287,7 @@ func (r *Resender) Incoming(msg *message.Message) (ack *message.Message, drop bo
 		if p, ok := r.sendBuf[req]; ok {
 			if !p.acked {
 				r.unacked--
+				r.leaveLineLocked(p, now)
 			}
 			delete(r.sendBuf, req)
 		}
@@ -147,14 +300,32 @@ func (r *Resender) Incoming(msg *message.Message) (ack *message.Message, drop bo
 	return ack, dup
 }
 
+// leaveLineLocked takes the arrived p out of its line. Sent once, its
+// arrival shows that everything ahead of it arrived too; sent more than
+// once, nothing says which transmission arrived.
+func (r *Resender) leaveLineLocked(p *Pending, now time.Time) {
+	tx := p.tx
+	p.tx = nil
+	if tx == nil || !tx.inLine {
+		return
+	}
+	l := r.lineTo(p.Msg.Meta.Recver)
+	if p.retries == 0 {
+		l.arrived(tx, now)
+	} else {
+		l.remove(tx, now)
+	}
+}
+
 // ackLocked handles the ACK of sig: the message is done with, or, for a
 // data request, kept until its response.
-func (r *Resender) ackLocked(sig uint64) {
+func (r *Resender) ackLocked(sig uint64, now time.Time) {
 	p, ok := r.sendBuf[sig]
 	if !ok || p.acked {
 		return
 	}
 	r.unacked--
+	r.leaveLineLocked(p, now)
 	if !awaitsResponse(p.Msg) || len(r.sendBuf)-r.unacked > maxAwaiting {
 		delete(r.sendBuf, sig)
 		return
@@ -163,21 +334,30 @@ func (r *Resender) ackLocked(sig uint64) {
 }
 
 // Reawait returns, to send now, every message for node id still waiting for
-// its ACK or its response: id was replaced, and what its predecessor had not
-// answered must go to the replacement. Their timers start again at now.
+// its ACK or its response, in the order they were first sent: id was
+// replaced, and what its predecessor had not answered must go to the
+// replacement. Their timers start again at now.
 func (r *Resender) Reawait(id int32, now time.Time) []*message.Message {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var msgs []*message.Message
+	var ps []*Pending
 	for _, p := range r.sendBuf {
-		if p.Msg.Meta.Recver != id {
-			continue
+		if p.Msg.Meta.Recver == id {
+			ps = append(ps, p)
 		}
+	}
+	slices.SortFunc(ps, func(a, b *Pending) int { return a.first.Compare(b.first) })
+	l := &line{}
+	r.lines[id] = l
+	msgs := make([]*message.Message, 0, len(ps))
+	for _, p := range ps {
 		if p.acked {
 			p.acked = false
 			r.unacked++
 		}
-		p.sent, p.retries = now, 0
+		p.first, p.retries = now, 0
+		p.tx = &transmission{p: p}
+		l.push(p.tx, now)
 		msgs = append(msgs, p.Msg)
 	}
 	return msgs
@@ -205,39 +385,81 @@ func (r *Resender) DropTo(id int32) {
 			delete(r.sendBuf, sig)
 		}
 	}
+	delete(r.lines, id)
 }
 
 // Due returns, at now, the messages to resend and those given up on (which
 // it forgets). Call Resent for each message actually resent.
 func (r *Resender) Due(now time.Time) (resend []*Pending, failed []*message.Message) {
-	deadline := r.Budget()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for sig, p := range r.sendBuf {
-		switch {
-		case p.acked:
-		case now.Sub(p.sent) > deadline:
-			delete(r.sendBuf, sig)
-			r.unacked--
-			failed = append(failed, p.Msg)
-		case now.Sub(p.sent) > r.timeout*time.Duration(1+p.retries):
-			resend = append(resend, p)
+		if p.acked {
+			continue
 		}
+		if now.Sub(p.first) > r.cfg.GiveUp {
+			r.failLocked(sig, p, now)
+			failed = append(failed, p.Msg)
+			continue
+		}
+		var start time.Time
+		switch tx := p.tx; {
+		case !tx.passed.IsZero():
+			start = tx.passed
+		case tx.inLine && !tx.head.IsZero():
+			start = tx.head
+		default:
+			continue // queued behind others: they go first
+		}
+		wait := r.cfg.Timeout*time.Duration(min(1<<p.retries, maxBackoff)) + r.lineTo(p.Msg.Meta.Recver).allowance(p.size)
+		if now.Sub(start) < wait {
+			continue
+		}
+		if r.cfg.MaxRetry > 0 && p.retries >= r.cfg.MaxRetry {
+			r.failLocked(sig, p, now)
+			failed = append(failed, p.Msg)
+			continue
+		}
+		resend = append(resend, p)
 	}
+	// Oldest first, so that a line is refilled in its order.
+	slices.SortFunc(resend, func(a, b *Pending) int { return a.first.Compare(b.first) })
 	return resend, failed
 }
 
-// Resent counts one resend of p and returns how many it has had.
-func (r *Resender) Resent(p *Pending) int {
+// failLocked forgets p, given up on.
+func (r *Resender) failLocked(sig uint64, p *Pending, now time.Time) {
+	delete(r.sendBuf, sig)
+	r.unacked--
+	if p.tx != nil {
+		r.lineTo(p.Msg.Meta.Recver).remove(p.tx, now)
+	}
+}
+
+// Resent records that p was sent again at now, and returns how many
+// resends it has had. The new transmission goes to the back of p's line,
+// and the one it repeats leaves the line.
+func (r *Resender) Resent(p *Pending, now time.Time) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if p.acked || p.tx == nil || r.sendBuf[p.sig] != p {
+		return p.retries // acknowledged or given up on meanwhile
+	}
+	l := r.lineTo(p.Msg.Meta.Recver)
+	l.remove(p.tx, now)
 	p.retries++
+	p.tx = &transmission{p: p}
+	l.push(p.tx, now)
 	return p.retries
 }
 
 // FailError returns the error of a message given up on.
 func (r *Resender) FailError(m *message.Message) error {
-	return fmt.Errorf("%w by %s within %v (%d resends)", ErrNoAck, message.DescribeID(int(m.Meta.Recver)), r.Budget(), r.maxRetry)
+	limit := ""
+	if r.cfg.MaxRetry > 0 {
+		limit = fmt.Sprintf(" or %d resends (PS_RESEND_MAX_RETRY)", r.cfg.MaxRetry)
+	}
+	return fmt.Errorf("%w by %s within %v (PS_RESEND_GIVEUP)%s", ErrNoAck, message.DescribeID(int(m.Meta.Recver)), r.cfg.GiveUp, limit)
 }
 
 // Len returns the number of messages not yet acknowledged.

@@ -1,6 +1,10 @@
 package control
 
 import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,7 +57,7 @@ func TestSigRingForgetsOldest(t *testing.T) {
 // frames the sender may reuse (not ZeroCopy) is resent from a copy, and a
 // ZeroCopy one from the sender's frames.
 func TestResenderKeepsCopiesOfCopiedMessages(t *testing.T) {
-	r := NewResender(time.Second, 3)
+	r := NewResender(ResendConfig{Timeout: time.Second, MaxRetry: 3})
 	for ts, zeroCopy := range []bool{false, true} {
 		buf := []byte{1, 2, 3}
 		m := message.New()
@@ -72,39 +76,71 @@ func TestResenderKeepsCopiesOfCopiedMessages(t *testing.T) {
 	}
 }
 
-// Resends come one timeout after the send, then every timeout; the message
-// is given up on maxRetry+1 timeouts after the send; an ACK ends it all;
-// duplicates are acknowledged again and dropped.
-func TestResenderTimeline(t *testing.T) {
-	r := NewResender(time.Second, 2)
-	t0 := time.Unix(100, 0)
+// req returns a request from node 9 to node 8 with timestamp ts and size
+// bytes of data.
+func req(ts int32, size int) *message.Message {
 	m := message.New()
-	m.Meta.AppID, m.Meta.Timestamp, m.Meta.Recver, m.Meta.Request = 0, 7, 8, true
-	r.Outgoing(m, 9, t0)
-	at := func(d time.Duration) (int, int) {
-		resend, failed := r.Due(t0.Add(d))
-		for _, p := range resend {
-			r.Resent(p)
-		}
-		return len(resend), len(failed)
+	m.Meta.AppID, m.Meta.Timestamp, m.Meta.Recver, m.Meta.Request = 0, ts, 8, true
+	if size > 0 {
+		m.Data = [][]byte{make([]byte, size)}
+		m.ZeroCopy = true
 	}
-	for _, c := range []struct {
-		d              time.Duration
-		resend, failed int
-	}{{900 * time.Millisecond, 0, 0}, {1100 * time.Millisecond, 1, 0}, {1900 * time.Millisecond, 0, 0}, {2100 * time.Millisecond, 1, 0}, {3100 * time.Millisecond, 0, 1}} {
-		if rs, f := at(c.d); rs != c.resend || f != c.failed {
-			t.Errorf("at %v: %d resends, %d failures; want %d, %d", c.d, rs, f, c.resend, c.failed)
+	return m
+}
+
+// ackOf returns node 8's ACK of req(ts, ...).
+func ackOf(ts int32) *message.Message {
+	ack := message.New()
+	ack.Meta.Control.Cmd = message.CmdAck
+	ack.Meta.Control.MsgSig = MsgSig(0, 9, 8, ts, true)
+	return ack
+}
+
+// step runs r's timers at t, resends what is due (at t) and returns the
+// timestamps resent and given up on.
+func step(r *Resender, t time.Time) (resent, failed []int32) {
+	rs, fs := r.Due(t)
+	for _, p := range rs {
+		r.Resent(p, t)
+		resent = append(resent, p.Msg.Meta.Timestamp)
+	}
+	for _, m := range fs {
+		failed = append(failed, m.Meta.Timestamp)
+	}
+	return resent, failed
+}
+
+// Resends back off: one timeout after the send, then 2, 4 and 8 timeouts
+// after the previous one; with MaxRetry the message is given up on when it
+// is due once more; an ACK ends it all; duplicates are acknowledged again
+// and dropped.
+func TestResenderTimeline(t *testing.T) {
+	r := NewResender(ResendConfig{Timeout: time.Second, MaxRetry: 3})
+	t0 := time.Unix(100, 0)
+	r.Outgoing(req(7, 0), 9, t0)
+	var got []string
+	for ms := 0; ms <= 20000; ms += 100 {
+		at := t0.Add(time.Duration(ms) * time.Millisecond)
+		rs, fs := step(r, at)
+		for range rs {
+			got = append(got, fmt.Sprintf("resend@%v", at.Sub(t0)))
 		}
+		for range fs {
+			got = append(got, fmt.Sprintf("fail@%v", at.Sub(t0)))
+		}
+	}
+	if want := []string{"resend@1s", "resend@3s", "resend@7s", "fail@15s"}; !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
 	}
 	if r.Len() != 0 {
 		t.Fatalf("%d pending after the failure", r.Len())
 	}
+	if err := r.FailError(req(7, 0)); !errors.Is(err, ErrNoAck) || !strings.Contains(err.Error(), "PS_RESEND_MAX_RETRY") {
+		t.Errorf("FailError = %v", err)
+	}
 	// An ACK ends it.
-	r.Outgoing(m, 9, t0)
-	ack := message.New()
-	ack.Meta.Control.Cmd = message.CmdAck
-	ack.Meta.Control.MsgSig = MsgSig(0, 9, 8, 7, true)
-	if _, drop := r.Incoming(ack); !drop || r.Len() != 0 {
+	r.Outgoing(req(7, 0), 9, t0)
+	if _, drop := r.Incoming(ackOf(7), t0); !drop || r.Len() != 0 {
 		t.Errorf("ACK: drop=%v, %d pending", drop, r.Len())
 	}
 	// A received message is acknowledged, twice if it comes twice, and the
@@ -112,21 +148,121 @@ func TestResenderTimeline(t *testing.T) {
 	in := message.New()
 	in.Meta.Sender, in.Meta.Recver, in.Meta.Timestamp, in.Meta.AppID = 8, 9, 3, 0
 	for i, wantDrop := range []bool{false, true} {
-		ack, drop := r.Incoming(in)
+		ack, drop := r.Incoming(in, t0)
 		if ack == nil || ack.Meta.Control.MsgSig != MsgSig(0, 8, 9, 3, false) || ack.Meta.Recver != 8 || drop != wantDrop {
 			t.Errorf("copy %d: ack %v, drop %v", i, ack, drop)
 		}
 	}
 }
 
+// Without MaxRetry a message is given up on GiveUp after its first send,
+// however many resends that took: a 60 s outage is ridden out.
+func TestResenderGivesUpInTime(t *testing.T) {
+	r := NewResender(ResendConfig{Timeout: time.Second, GiveUp: 90 * time.Second})
+	t0 := time.Unix(100, 0)
+	r.Outgoing(req(1, 0), 9, t0)
+	resends, failedAt := 0, time.Duration(0)
+	for ms := 0; ms <= 120000 && failedAt == 0; ms += 100 {
+		at := t0.Add(time.Duration(ms) * time.Millisecond)
+		rs, fs := step(r, at)
+		resends += len(rs)
+		if len(fs) > 0 {
+			failedAt = at.Sub(t0)
+		}
+		if ms == 61000 && r.Len() != 1 {
+			t.Fatalf("given up on within a minute")
+		}
+	}
+	// Resends at 1, 3, 7, 15, then every 8 s: 15+8k <= 90.
+	if resends != 13 || failedAt < 90*time.Second || failedAt > 91*time.Second {
+		t.Errorf("%d resends, given up on at %v; want 13 and 90s", resends, failedAt)
+	}
+	if err := r.FailError(req(1, 0)); strings.Contains(err.Error(), "MAX_RETRY") || !strings.Contains(err.Error(), "1m30s") {
+		t.Errorf("FailError = %v", err)
+	}
+}
+
+// A message queued behind others to the same peer is not resent while
+// they may still be on their way, and a large one is given the time its
+// bytes take.
+func TestResenderWaitsForWhatIsAhead(t *testing.T) {
+	r := NewResender(ResendConfig{Timeout: time.Second})
+	t0 := time.Unix(100, 0)
+	const big = 40 << 20 // 5 s at the assumed 8 MiB/s: 10 s allowed, plus the timeout
+	r.Outgoing(req(1, big), 9, t0)
+	r.Outgoing(req(2, 0), 9, t0)
+	for s := 1; s <= 10; s++ {
+		if rs, _ := step(r, t0.Add(time.Duration(s)*time.Second)); len(rs) > 0 {
+			t.Fatalf("resent %v at %ds, while the large message may still be in flight", rs, s)
+		}
+	}
+	// The large one arrives (it measures the line's rate: 40 MiB in 10 s),
+	// so the small one can leave now, and is resent one timeout later.
+	t1 := t0.Add(10 * time.Second)
+	r.Incoming(ackOf(1), t1)
+	if rs, _ := step(r, t1.Add(900*time.Millisecond)); len(rs) != 0 {
+		t.Errorf("resent %v before the timeout", rs)
+	}
+	if rs, _ := step(r, t1.Add(1100*time.Millisecond)); !slices.Equal(rs, []int32{2}) {
+		t.Errorf("resent %v, want [2]", rs)
+	}
+	if l := r.lines[8]; l.rate != big/10 {
+		t.Errorf("measured rate %.0f B/s, want %d", l.rate, big/10)
+	}
+}
+
+// When a later message's ACK arrives, the messages ahead of it without one
+// were lost (or their ACK was): they are resent one timeout later, all at
+// once, not one after the other.
+func TestResenderResendsWhatALaterACKPassed(t *testing.T) {
+	r := NewResender(ResendConfig{Timeout: time.Second})
+	t0 := time.Unix(100, 0)
+	for ts := int32(1); ts <= 4; ts++ {
+		r.Outgoing(req(ts, 0), 9, t0)
+	}
+	t1 := t0.Add(300 * time.Millisecond)
+	r.Incoming(ackOf(4), t1) // 1, 2 and 3 were dropped by the receiver
+	rs, _ := step(r, t1.Add(1100*time.Millisecond))
+	slices.Sort(rs)
+	if !slices.Equal(rs, []int32{1, 2, 3}) {
+		t.Errorf("resent %v, want [1 2 3]", rs)
+	}
+}
+
+// A resend goes to the back of the line and the message it repeats leaves
+// the head: the message behind gets its turn.
+func TestResenderResendGoesToTheBack(t *testing.T) {
+	r := NewResender(ResendConfig{Timeout: time.Second})
+	t0 := time.Unix(100, 0)
+	r.Outgoing(req(1, 0), 9, t0)
+	r.Outgoing(req(2, 0), 9, t0)
+	var got []string
+	for ms := 100; ms <= 5000; ms += 100 {
+		rs, _ := step(r, t0.Add(time.Duration(ms)*time.Millisecond))
+		for _, ts := range rs {
+			got = append(got, fmt.Sprintf("%d@%dms", ts, ms))
+		}
+	}
+	// 1 at 1 s; 2, now the head, at 2 s; 1's resend, then the head, waits
+	// 2 timeouts: 4 s.
+	if want := []string{"1@1000ms", "2@2000ms", "1@4000ms"}; !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	// The ACK of a message sent twice says nothing of the one behind it.
+	r.Incoming(ackOf(1), t0.Add(4100*time.Millisecond))
+	if rs, _ := step(r, t0.Add(4200*time.Millisecond)); len(rs) != 0 {
+		t.Errorf("resent %v after an ambiguous ACK", rs)
+	}
+}
+
 // A replacement numbers its messages afresh: once its predecessor's
 // signatures are forgotten, they are no duplicates.
 func TestResenderForgetSender(t *testing.T) {
-	r := NewResender(time.Second, 3)
+	r := NewResender(ResendConfig{Timeout: time.Second, MaxRetry: 3})
 	in := func(sender int32) bool {
 		m := message.New()
 		m.Meta.Sender, m.Meta.Recver, m.Meta.Timestamp, m.Meta.AppID = sender, 1, 4, 0
-		_, drop := r.Incoming(m)
+		_, drop := r.Incoming(m, time.Unix(0, 0))
 		return drop
 	}
 	if in(10) || in(12) || !in(10) {

@@ -43,7 +43,7 @@ func fill(t *testing.T, tr *Transport) <-chan error {
 		if i > 100000 {
 			t.Fatal("the queue never filled up")
 		}
-		if _, err := tr.TrySend(1, msg); errors.Is(err, van.ErrWouldBlock) {
+		if _, err := tr.TrySend(1, msg, false); errors.Is(err, van.ErrWouldBlock) {
 			break
 		} else if err != nil {
 			t.Fatal(err)
