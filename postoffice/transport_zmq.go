@@ -20,5 +20,6 @@ func defaultTransport(cfg Config, log zerolog.Logger) (van.Transport, error) {
 		Log:       log,
 
 		MaxMessageBytes: cfg.MaxMessageBytes,
+		LinkTimeout:     cfg.LinkTimeout,
 	})
 }

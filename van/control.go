@@ -75,7 +75,7 @@ func (v *Van) noteLocked(e control.Event) bool {
 		if v.cfg.Resend {
 			// In place before the receive loop takes its next message: every
 			// message from a ready peer is acknowledged and deduplicated.
-			v.res.Store(newResendDriver(v, v.cfg.ResendTimeout, v.cfg.ResendMaxRetry))
+			v.res.Store(newResendDriver(v, control.ResendConfig{Timeout: v.cfg.ResendTimeout, GiveUp: v.cfg.ResendGiveUp, MaxRetry: v.cfg.ResendMaxRetry}))
 		}
 		v.isReady.Store(true)
 		close(v.ready)
@@ -89,7 +89,7 @@ func (v *Van) noteLocked(e control.Event) bool {
 		v.downMu.Lock()
 		v.down[e.ID] = true
 		v.downMu.Unlock()
-		v.log.Info().Str("node", message.DescribeID(e.ID)).Msg("connection dropped")
+		v.log.Warn().Str("node", message.DescribeID(e.ID)).Msg("connection still down after the grace; requests to it fail")
 		return true
 	case control.EventPeerUp:
 		v.downMu.Lock()
@@ -150,6 +150,14 @@ func (v *Van) onConnection(id int, up bool) {
 		return
 	}
 	v.metrics.Connection(id, up)
+	if !up {
+		v.ctlMu.Lock()
+		over := v.core.PassedFinalBarrier()
+		v.ctlMu.Unlock()
+		if !over { // past the final barrier, connections close as nodes exit
+			v.log.Warn().Str("node", message.DescribeID(id)).Msg("connection lost")
+		}
+	}
 	v.step(func(c *control.Core, now time.Time) []control.Output { return c.Connection(id, up, now) })
 }
 

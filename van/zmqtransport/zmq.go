@@ -52,6 +52,13 @@ type Options struct {
 	// MaxFrames bounds the frames of one received message (beyond it the
 	// message is dropped); 0 means DefaultMaxFrames.
 	MaxFrames int
+	// LinkTimeout, when positive, bounds how long a connection may carry
+	// nothing from its peer before it is dropped (PS_LINK_TIMEOUT): ZMTP
+	// heartbeats every LinkTimeout/12 with that timeout, TCP keepalive
+	// probing an idle connection after LinkTimeout/2, and a TCP user
+	// timeout (unacknowledged data) of LinkTimeout, on every socket. So a
+	// cut cable or a host gone is noticed without application heartbeats.
+	LinkTimeout time.Duration
 	// Log receives the transport's own warnings (refused connections).
 	Log zerolog.Logger
 }
@@ -214,6 +221,10 @@ func (t *Transport) Bind(host string, port, maxRetry int) (int, error) {
 		return 0, fmt.Errorf("van: receive timeout: %w", err)
 	}
 	sock.SetLinger(0)
+	if err := t.setLinkTimeout(sock); err != nil {
+		sock.Close()
+		return 0, err
+	}
 	if c := t.opts.Curve; c != nil {
 		if err := errors.Join(sock.SetZapDomain(zapDomain), sock.SetCurveServer(1), sock.SetCurveSecretkey(c.Secret)); err != nil {
 			sock.Close()
@@ -284,6 +295,10 @@ func (t *Transport) Connect(id int, host string, port int, identity string) erro
 		}
 	}
 	sock.SetLinger(t.opts.Linger)
+	if err := t.setLinkTimeout(sock); err != nil {
+		sock.Close()
+		return err
+	}
 	if c := t.opts.Curve; c != nil {
 		if err := errors.Join(sock.SetCurveServerkey(c.Public), sock.SetCurvePublickey(c.Public), sock.SetCurveSecretkey(c.Secret)); err != nil {
 			sock.Close()
@@ -464,8 +479,8 @@ func (t *Transport) Send(ctx context.Context, id int, frames [][]byte, shared bo
 }
 
 // TrySend implements van.Transport.
-func (t *Transport) TrySend(id int, frames [][]byte) (int, error) {
-	return t.send(nil, id, frames, false, 2*t.opts.QueueLimit)
+func (t *Transport) TrySend(id int, frames [][]byte, shared bool) (int, error) {
+	return t.send(nil, id, frames, shared, 2*t.opts.QueueLimit)
 }
 
 // send sends at once if the peer is idle and ZeroMQ takes the message, or
@@ -550,6 +565,29 @@ func sendFrames(sock *zmq.Socket, h unsafe.Pointer, frames [][]byte, flags zmq.F
 		total += n
 	}
 	return total, nil
+}
+
+// setLinkTimeout sets the options of Options.LinkTimeout on sock.
+func (t *Transport) setLinkTimeout(sock *zmq.Socket) error {
+	d := t.opts.LinkTimeout
+	if d <= 0 {
+		return nil
+	}
+	secs := max(int(d/time.Second), 12)
+	err := errors.Join(
+		sock.SetHeartbeatIvl(max(d/12, time.Second)),
+		sock.SetHeartbeatTimeout(d),
+		sock.SetHeartbeatTtl(d),
+		sock.SetTcpKeepalive(1),
+		sock.SetTcpKeepaliveIdle(secs/2),
+		sock.SetTcpKeepaliveIntvl(secs/12),
+		sock.SetTcpKeepaliveCnt(6),
+		sock.SetTcpMaxrt(d),
+	)
+	if err != nil {
+		return fmt.Errorf("van: link timeout options: %w", err)
+	}
+	return nil
 }
 
 // SetHandover implements van.Handover.
