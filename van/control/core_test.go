@@ -692,3 +692,39 @@ func TestReplacementPossibleNeedsEvidence(t *testing.T) {
 		t.Error("a worker silent for three heartbeats does not make a replacement possible")
 	}
 }
+
+// A node that announces an address the others cannot reach (the wrong
+// interface) registers, but nothing reaches it: the scheduler fails the
+// start-up naming it and its address within ConnectTimeout +
+// RecoveryWait, and the node itself, waiting for the node list, fails
+// once the scheduler's process has ended, instead of waiting for ever.
+func TestUnreachableNodeIsNamed(t *testing.T) {
+	s := newSim(t, 1, 1, nil)
+	const wrong = "192.0.2.7:7000"
+	s.node("server0").addr = wrong
+	s.node("server0").core.me.Hostname, s.node("server0").core.me.Port = "192.0.2.7", 7000
+	s.unreachable[wrong] = true
+	s.startAll()
+	sched := s.node("scheduler")
+	s.tick(DefaultConnectTimeout+5*time.Second+time.Second, 100*time.Millisecond)
+	ev := sched.has(EventFailed)
+	if ev == nil {
+		t.Fatal("the scheduler did not fail the start-up")
+	}
+	if msg := ev.Err.Error(); !strings.Contains(msg, "server 0 (node 8)") || !strings.Contains(msg, wrong) || !strings.Contains(msg, "could not connect") {
+		t.Errorf("scheduler: %v", ev.Err)
+	}
+	srv := s.node("server0")
+	if srv.core.Phase() != PhaseJoining {
+		t.Fatalf("the unreachable server is in phase %v", srv.core.Phase())
+	}
+	s.kill(sched) // the scheduler program exits on the failure
+	s.tick(2*time.Second, 100*time.Millisecond)
+	ev = srv.has(EventFailed)
+	if ev == nil {
+		t.Fatal("the unreachable server still waits after the scheduler ended")
+	}
+	if msg := ev.Err.Error(); !strings.Contains(msg, "scheduler (node 1)") || !strings.Contains(msg, wrong) || !strings.Contains(msg, "DMLC_NODE_HOST") {
+		t.Errorf("server: %v", ev.Err)
+	}
+}

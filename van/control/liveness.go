@@ -140,6 +140,16 @@ func (c *Core) Connection(id int, up bool, now time.Time) []Output {
 // Tick lets time pass: heartbeats are sent and silent or disconnected
 // nodes found dead.
 func (c *Core) Tick(now time.Time) []Output {
+	if c.phase == PhaseJoining && !c.IsScheduler() {
+		// Waiting for the node list: the scheduler's connection closing
+		// for good (its process ended, say after failing the start-up
+		// because it cannot reach this node) ends the wait.
+		var o out
+		if p := c.peers[message.Scheduler]; p != nil && c.cfg.ConnEvents && p.everUp && !p.connUp && now.Sub(p.downSince) >= c.cfg.ConnGrace {
+			c.fail(&o, &NodeLostError{Node: c.sched, Cause: fmt.Sprintf("its connection closed before this node at %s joined (can the scheduler reach that address? see DMLC_NODE_HOST, DMLC_INTERFACE)", c.me.Addr())})
+		}
+		return o
+	}
 	if c.phase != PhaseReady {
 		return nil
 	}

@@ -29,6 +29,9 @@ type sim struct {
 	// is cut.
 	cut  map[[2]string][]delivery
 	loss map[[2]string]float64
+	// unreachable holds the addresses nothing can connect or send to (a
+	// node that announced an address others have no route to).
+	unreachable map[string]bool
 }
 
 type simNode struct {
@@ -62,7 +65,7 @@ const schedAddr = "10.0.0.1:9000"
 
 func newSim(t *testing.T, servers, workers int, tweak func(*Config)) *sim {
 	s := &sim{t: t, now: time.Unix(1_000_000, 0), rng: rand.New(rand.NewPCG(1, 2)), cfg: tweak,
-		cut: map[[2]string][]delivery{}, loss: map[[2]string]float64{}}
+		cut: map[[2]string][]delivery{}, loss: map[[2]string]float64{}, unreachable: map[string]bool{}}
 	s.add("scheduler", message.RoleScheduler, schedAddr, servers, workers)
 	for i := 0; i < servers; i++ {
 		s.add(fmt.Sprintf("server%d", i), message.RoleServer, fmt.Sprintf("10.0.1.%d:%d", i+1, 7000+i), servers, workers)
@@ -135,7 +138,7 @@ func (s *sim) apply(n *simNode, outs []Output) {
 			id := int(o.Node.ID)
 			addr := o.Node.Addr()
 			n.conns[id] = simConn{addr: addr, ident: o.Identity}
-			if s.byAddr(addr) != nil {
+			if s.byAddr(addr) != nil && !s.unreachable[addr] {
 				n.inbox = append(n.inbox, delivery{to: n.addr, conn: &struct {
 					id int
 					up bool
@@ -164,7 +167,7 @@ func (s *sim) post(from string, d delivery) {
 		s.cut[link] = append(held, d)
 		return
 	}
-	if p := s.loss[link]; p > 0 && s.rng.Float64() < p {
+	if p := s.loss[link]; p > 0 && s.rng.Float64() < p || s.unreachable[d.to] {
 		return
 	}
 	if to := s.byAddr(d.to); to != nil {
