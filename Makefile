@@ -8,12 +8,14 @@
 #   make proto   regenerate message/pb/meta.pb.go; make proto-check fails on drift
 #   make bench   micro-benchmarks, then psbench jobs writing docs/PERFORMANCE.md
 #                (PSLITE_CPP_BUILD=dir adds C++ ps-lite's test_kv_app_benchmark)
+#   make netimpair  build/netimpair, the NFQUEUE delay/loss program behind
+#                scripts/netns.sh impair (needs cc and libnetfilter-queue-dev; not in all)
 GO        ?= go
 BUILD     ?= build
 PROTOC_GEN_GO_VERSION := v1.36.12
 GOBIN     := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all deps build test nocgo demo proto proto-check bench vet clean
+.PHONY: all deps build test nocgo demo proto proto-check bench vet clean netimpair
 
 all: build
 
@@ -49,6 +51,13 @@ proto-check:
 bench: build
 	$(GO) test -run XXX -bench . -benchmem ./message/ ./customer/ ./kv/ ./van/ ./psf/
 	scripts/bench.sh docs/PERFORMANCE.md
+
+netimpair: $(BUILD)/netimpair
+
+$(BUILD)/netimpair: tools/netimpair/netimpair.c
+	@mkdir -p $(BUILD)
+	$(CC) -O2 -Wall -Wextra -o $@.tmp $< $$(pkg-config --cflags --libs libnetfilter_queue 2>/dev/null || echo -lnetfilter_queue -lnfnetlink)
+	@mv -f $@.tmp $@
 
 clean:
 	rm -rf $(BUILD)

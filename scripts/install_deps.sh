@@ -2,7 +2,9 @@
 # Installs what building and testing need on a fresh Debian/Ubuntu machine:
 # libzmq (with its pkg-config file) for the ZeroMQ bindings, and protoc with
 # protoc-gen-go for regenerating and drift-checking the protobuf code, and the
-# data sets of examples/lr (heart_scale, Fashion-MNIST).
+# data sets of examples/lr (heart_scale, Fashion-MNIST), and, for the
+# multi-host tests' delay and loss (scripts/netns.sh impair), iptables and
+# libnetfilter-queue-dev.
 # Installs only what is missing; needs root (or sudo) for apt-get.
 set -euo pipefail
 missing=()
@@ -10,6 +12,8 @@ pkg-config --exists libzmq 2>/dev/null || missing+=(libzmq3-dev)
 command -v pkg-config >/dev/null || missing+=(pkg-config)
 command -v protoc >/dev/null || missing+=(protobuf-compiler)
 command -v gcc >/dev/null || missing+=(gcc)
+command -v iptables >/dev/null || missing+=(iptables)
+pkg-config --exists libnetfilter_queue 2>/dev/null || missing+=(libnetfilter-queue-dev)
 [ -e /usr/share/doc/liblinear-tools/examples/heart_scale ] || missing+=(liblinear-tools)
 [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || missing+=(dataset-fashion-mnist)
 if [ ${#missing[@]} -gt 0 ]; then

@@ -12,6 +12,12 @@
 #   scripts/netns.sh netem I ARGS...   tc netem on host I's egress (delay,
 #                                      loss, ...); exits 3 when the kernel
 #                                      has no sch_netem, so callers can skip
+#   scripts/netns.sh impair I DELAY_MS JITTER_MS LOSS_PCT
+#                                      delay, jitter and loss on what host
+#                                      I sends, without netem, through our
+#                                      NFQUEUE program (see below); "impair
+#                                      I off" removes it; exits 3 when it is
+#                                      unavailable here, as netem does
 #   scripts/netns.sh addr I            print host I's address
 #   scripts/netns.sh check             exit 0 when namespaces, veth pairs
 #                                      and bridges can be created here, else
@@ -36,6 +42,7 @@
 #   PSNS_IFACE       host-side interface name (default eth0); give it to the
 #                    nodes as DMLC_INTERFACE
 #   PSNS_LINK_MODE   how "link I down" cuts (default port, see below)
+#   PSNS_IMPAIR_SEED seed for "impair" (a whole number; default random)
 #
 # Cutting a link. "link I down" by default disables host I's port on the
 # bridge (bridge port state "disabled", as a switch port shut by an
@@ -52,6 +59,35 @@
 # Either way "link I up" restores the link; a link left down stays down
 # until "down".
 #
+# Impairing without netem. Kernels built without sch_netem (tc says
+# "unknown qdisc") still have NFQUEUE, so "impair I DELAY_MS JITTER_MS
+# LOSS_PCT" runs tools/netimpair (a small C program of ours, on
+# libnetfilter_queue) in every other host J on queue I and adds in J
+#   iptables -t raw -A PREROUTING -i IFACE -s <host I> -j NFQUEUE \
+#            --queue-num I --queue-bypass
+# Every IPv4 packet host I sends is then dropped with probability
+# LOSS_PCT/100, and the rest arrive DELAY_MS plus a uniform offset in
+# [-JITTER_MS, +JITTER_MS) later (never earlier than at once; jitter can
+# reorder, as netem's does). Decimals are fine (0.5). Only what host I
+# sends is touched: impair both ends for a symmetric path. The packets are
+# held on arrival, not in host I's OUTPUT chain: there TCP Small Queues
+# would count them against host I's sockets and a bulk transfer with 5 ms
+# would crawl at 1-20 MB/s (tools/netimpair/netimpair.c says more). For
+# the same reason ping leaves the delay out of its RTT unless given -U. It
+# works beside "rate", which shapes host I's egress in its qdisc. A second
+# "impair I ..." replaces the first; "impair I off" deletes the rules, stops
+# the programs (they accept what they still hold) and prints their
+# summaries (packets seen, dropped, accepted, ENOBUFS). The programs run in
+# the background; pids and logs are in /run/psns-PREFIX/
+# (hJ-from-hI.netimpair.pid, .log), which "down" removes with the rest. The
+# binary is build/netimpair under the repository root, built with cc when
+# missing or older than its source (or by make netimpair); without cc,
+# iptables, libnetfilter_queue's headers or the kernel's NFQUEUE support it
+# says which and exits 3. PSNS_IMPAIR_SEED fixes the draws (host J uses
+# SEED+J; default: clock and pid). Every held packet crosses to user space
+# and back, which costs CPU: fine for tests, not for measuring peak
+# throughput. Hosts are those that exist when "impair" runs.
+#
 # "up N" first removes any namespaces left with the same prefix; if it fails
 # half way it removes what it made. "down" is idempotent: it kills every
 # process still inside the prefix's namespaces (SIGKILL, by pid, from
@@ -61,7 +97,9 @@
 #
 # Needs: root (or CAP_SYS_ADMIN and CAP_NET_ADMIN in the root namespaces),
 # iproute2's ip, bridge (for link) and tc (for rate and netem), veth and bridge
-# support in the kernel. sch_tbf for rate, sch_netem for netem.
+# support in the kernel. sch_tbf for rate, sch_netem for netem; for impair,
+# iptables, cc, libnetfilter_queue (libnetfilter-queue-dev) and the kernel's
+# NFQUEUE target and nfnetlink_queue.
 #
 # Running ps-lite across the hosts: the scheduler runs in host 0, every node
 # gets DMLC_PS_ROOT_URI=<host 0's address> and DMLC_INTERFACE=eth0, e.g.
@@ -77,8 +115,8 @@
 # The Go tests in tests/netns_test.go do this with a per-test prefix:
 #   sudo go test -count=1 -run Netns -v ./tests/
 #
-# Exit status: 0 ok, 1 failure, 2 usage, 3 netem unavailable, 4 not usable
-# here (not root, no ip, no namespace support).
+# Exit status: 0 ok, 1 failure, 2 usage, 3 netem or impair unavailable, 4
+# not usable here (not root, no ip, no namespace support).
 set -euo pipefail
 
 prog=${0##*/}
@@ -88,6 +126,9 @@ iface=${PSNS_IFACE:-eth0}
 link_mode=${PSNS_LINK_MODE:-port}
 sw=$prefix-sw
 max_hosts=200
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+run_dir=/run/psns-$prefix # impair's pid files and logs
+[ -d /run ] || run_dir=/tmp/psns-$prefix
 
 say() { echo "$prog: $*" >&2; }
 die() {
@@ -95,7 +136,7 @@ die() {
   exit 1
 }
 usage() {
-  sed -n '5,18s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
+  sed -n '5,24s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
   exit 2
 }
 
@@ -151,6 +192,8 @@ cmd_down() {
   for ns in $(our_namespaces); do
     ip netns del "$ns" 2>/dev/null || say "could not delete namespace $ns"
   done
+  # impair's pid files and logs (its rules went with the namespaces).
+  rm -rf "$run_dir"
   if [ -n "$(our_namespaces)" ]; then
     die "namespaces left: $(our_namespaces | tr '\n' ' ')"
   fi
@@ -268,6 +311,176 @@ cmd_netem() {
   fi
 }
 
+# netimpair_build sets netimpair to the path of the binary, building it
+# first when it is missing or older than its source; exits 3 when it cannot.
+netimpair_build() {
+  local src=$repo/tools/netimpair/netimpair.c flags out tmp
+  netimpair=$repo/build/netimpair
+  if [ -x "$netimpair" ] && ! [ "$src" -nt "$netimpair" ]; then
+    return 0
+  fi
+  if ! [ -r "$src" ]; then
+    say "no $src to build netimpair from; impair is unavailable"
+    exit 3
+  fi
+  if ! command -v cc >/dev/null 2>&1; then
+    say "needs cc to build $src (apt-get install gcc); impair is unavailable"
+    exit 3
+  fi
+  if ! flags=$(pkg-config --cflags --libs libnetfilter_queue 2>/dev/null); then
+    flags="-lnetfilter_queue -lnfnetlink"
+  fi
+  if ! [ -r /usr/include/libnetfilter_queue/libnetfilter_queue.h ] &&
+    ! pkg-config --exists libnetfilter_queue 2>/dev/null; then
+    say "needs libnetfilter_queue's headers (apt-get install libnetfilter-queue-dev); impair is unavailable"
+    exit 3
+  fi
+  mkdir -p "$repo/build"
+  # Built aside and renamed, so that concurrent runs never see half a file.
+  tmp=$(mktemp "$repo/build/.netimpair.XXXXXX")
+  # shellcheck disable=SC2086 # flags is a list of words
+  if ! out=$(cc -O2 -Wall -Wextra -o "$tmp" "$src" $flags 2>&1); then
+    rm -f "$tmp"
+    say "could not build $src; impair is unavailable: $out"
+    exit 3
+  fi
+  chmod 755 "$tmp"
+  mv -f "$tmp" "$netimpair"
+}
+
+# alive PID: PID exists and is not a zombie.
+alive() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  [ "${stat%% *}" != Z ]
+}
+
+# The indices of the hosts that exist, one a line.
+host_indices() {
+  our_namespaces | sed -n "s/^$prefix-h\([0-9][0-9]*\)\$/\1/p" | sort -n
+}
+
+# impair_rule J I OP: add (-A) or delete (-D) the rule in host J that queues
+# what host I sends to J's netimpair on queue I.
+impair_rule() {
+  ip netns exec "$(host_ns "$1")" iptables -t raw "$3" PREROUTING -i "$iface" \
+    -s "$net.$(($2 + 1))" -j NFQUEUE --queue-num "$2" --queue-bypass
+}
+
+# impair_stop I removes the rules that queue host I's packets in the other
+# hosts and stops the netimpair behind each (the recorded one and any stray
+# on queue I), printing each one's summary.
+impair_stop() {
+  local i=$1 j ns pid tries n base
+  for j in $(host_indices); do
+    [ "$j" != "$i" ] || continue
+    ns=$(host_ns "$j")
+    base=$run_dir/h$j-from-h$i.netimpair
+    # The rule first, so that nothing new is queued; with --queue-bypass
+    # nothing would be lost without a program either.
+    if command -v iptables >/dev/null 2>&1; then
+      n=0
+      while ((n < 100)) && impair_rule "$j" "$i" -D 2>/dev/null; do
+        n=$((n + 1))
+      done
+    fi
+    for pid in $(cat "$base.pid" 2>/dev/null) $(ip netns pids "$ns" 2>/dev/null); do
+      [[ $pid =~ ^[0-9]+$ ]] || continue
+      [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = netimpair ] || continue
+      [[ " $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" == *" -q $i "* ]] || continue
+      [ "$(ip netns identify "$pid" 2>/dev/null)" = "$ns" ] || continue
+      kill -TERM "$pid" 2>/dev/null || continue
+      tries=0
+      while alive "$pid"; do
+        tries=$((tries + 1))
+        if ((tries > 40)); then
+          kill -KILL "$pid" 2>/dev/null || true
+          break
+        fi
+        sleep 0.05
+      done
+    done
+    rm -f "$base.pid"
+    if [ -s "$base.log" ]; then
+      grep ' seen ' "$base.log" | tail -n 1 |
+        sed "s/^netimpair: queue [0-9]*: /$prog: host $i's packets at host $j: /" >&2 || true
+    fi
+    rm -f "$base.log"
+  done
+}
+
+# impair_start J I DELAY JITTER LOSS: netimpair in host J on queue I, then
+# the rule that feeds it what host I sends.
+impair_start() {
+  local j=$1 i=$2 ns pid rc tries out base seed=()
+  ns=$(host_ns "$j")
+  base=$run_dir/h$j-from-h$i.netimpair
+  if [ -n "${PSNS_IMPAIR_SEED:-}" ]; then
+    # One seed per receiving host, so that their draws differ.
+    seed=(-s "$((PSNS_IMPAIR_SEED + j))")
+  fi
+  # ip netns exec execs the program: $! is its pid. Its descriptors are
+  # all redirected, so that it holds no pipe of the caller open.
+  ip netns exec "$ns" "$netimpair" -q "$i" -d "$3" -j "$4" -l "$5" \
+    "${seed[@]}" </dev/null >"$base.log" 2>&1 &
+  pid=$!
+  echo "$pid" >"$base.pid"
+  tries=0
+  until grep -q ': ready:' "$base.log" 2>/dev/null; do
+    if ! alive "$pid"; then
+      rc=0
+      wait "$pid" || rc=$?
+      out=$(cat "$base.log")
+      impair_stop "$i"
+      if [ "$rc" -eq 3 ]; then
+        say "netimpair cannot bind an NFQUEUE in $ns; impair is unavailable: $out"
+        exit 3
+      fi
+      die "netimpair in $ns exited with status $rc: $out"
+    fi
+    tries=$((tries + 1))
+    if ((tries > 100)); then
+      impair_stop "$i"
+      die "netimpair in $ns did not start in 5 s"
+    fi
+    sleep 0.05
+  done
+  if ! out=$(impair_rule "$j" "$i" -A 2>&1); then
+    impair_stop "$i"
+    say "iptables cannot add an NFQUEUE rule in $ns; impair is unavailable: $out"
+    exit 3
+  fi
+}
+
+cmd_impair() {
+  local i=$1 delay=$2 jitter=${3:-} loss=${4:-} j
+  host_index "$i"
+  if [ "$delay" = off ]; then
+    impair_stop "$i"
+    return 0
+  fi
+  local num='^[0-9]+(\.[0-9]+)?$'
+  [[ $delay =~ $num ]] || die "impair: DELAY_MS '$delay' is not a number of ms"
+  [[ $jitter =~ $num ]] || die "impair: JITTER_MS '$jitter' is not a number of ms"
+  if ! [[ $loss =~ $num ]] || ! [[ $loss =~ ^0*(100(\.0*)?|[0-9]{1,2}(\..*)?)$ ]]; then
+    die "impair: LOSS_PCT '$loss' is not a percentage (0 to 100)"
+  fi
+  [[ ${PSNS_IMPAIR_SEED:-0} =~ ^[0-9]{1,18}$ ]] ||
+    die "PSNS_IMPAIR_SEED=$PSNS_IMPAIR_SEED: give a whole number"
+  if ! command -v iptables >/dev/null 2>&1; then
+    say "needs iptables (apt-get install iptables); impair is unavailable"
+    exit 3
+  fi
+  netimpair_build
+  impair_stop "$i"
+  [ -d "$run_dir" ] || mkdir -m 700 "$run_dir"
+  for j in $(host_indices); do
+    [ "$j" != "$i" ] || continue
+    impair_start "$j" "$i" "$delay" "$jitter" "$loss"
+  done
+}
+
 cmd_check() {
   local probe=$prefix-probe
   ip netns del "$probe" 2>/dev/null || true
@@ -319,6 +532,14 @@ netem)
   i=$2
   shift 2
   cmd_netem "$i" "$@"
+  ;;
+impair)
+  if [ $# -eq 3 ] && [ "$3" = off ]; then
+    cmd_impair "$2" off
+  else
+    [ $# -eq 5 ] || usage
+    cmd_impair "$2" "$3" "$4" "$5"
+  fi
   ;;
 addr)
   [ $# -eq 2 ] || usage
