@@ -43,6 +43,10 @@
 #                    nodes as DMLC_INTERFACE
 #   PSNS_LINK_MODE   how "link I down" cuts (default port, see below)
 #   PSNS_IMPAIR_SEED seed for "impair" (a whole number; default random)
+#   PSNS_DECOY       1: "up" gives every host, before its job interface, a
+#                    decoy interface d0 (one end of a veth pair inside the
+#                    host) addressed 198.18.I.1/24, that leads nowhere: the
+#                    host's first interface is then not on the job network
 #
 # Cutting a link. "link I down" by default disables host I's port on the
 # bridge (bridge port state "disabled", as a switch port shut by an
@@ -215,6 +219,14 @@ cmd_up() {
     ns=$(host_ns "$i")
     ip netns add "$ns"
     ip -n "$ns" link set lo up
+    if [ "${PSNS_DECOY:-0}" = 1 ]; then
+      # Created first, so it comes before the job interface in the host's
+      # interface list; both ends stay in the host, so it reaches nothing.
+      ip -n "$ns" link add d0 type veth peer name d1
+      ip -n "$ns" addr add "198.18.$((i % 256)).1/24" dev d0
+      ip -n "$ns" link set d1 up
+      ip -n "$ns" link set d0 up
+    fi
     # Both ends are created inside their namespaces: nothing appears in
     # the root namespace, even for a moment.
     ip link add "$iface" netns "$ns" type veth peer name "h$i" netns "$sw"

@@ -133,6 +133,9 @@ type hosts struct {
 	// no link faults), for fault tests that also run without root.
 	loopback bool
 	port     int // the scheduler's port
+	// decoy: every host's first interface leads nowhere, and the nodes get
+	// no DMLC_INTERFACE (see newHostsWith).
+	decoy bool
 
 	mu     sync.Mutex
 	procs  []*proc
@@ -146,6 +149,14 @@ type hosts struct {
 // namespaces cannot be made here.
 func newHosts(t *testing.T, n int) *hosts {
 	t.Helper()
+	return newHostsWith(t, n, false)
+}
+
+// newHostsWith is newHosts; with decoy, every host's first interface is a
+// decoy that leads nowhere (scripts/netns.sh's PSNS_DECOY), and the nodes
+// get no DMLC_INTERFACE: they must find the job network themselves.
+func newHostsWith(t *testing.T, n int, decoy bool) *hosts {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("multi-host tests start network namespaces and whole jobs; skipped with -short")
 	}
@@ -157,6 +168,7 @@ func newHosts(t *testing.T, n int) *hosts {
 		prefix: fmt.Sprintf("pst%dn%d", os.Getpid(), netnsSeq.Add(1)),
 		counts: map[string]int{},
 		port:   netnsPort,
+		decoy:  decoy,
 	}
 	t.Cleanup(func() { h.cleanup(t) })
 	if out, err := h.script("up", strconv.Itoa(n)); err != nil {
@@ -206,6 +218,9 @@ func (h *hosts) cleanup(t *testing.T) {
 func (h *hosts) script(args ...string) (string, error) {
 	cmd := exec.Command(netnsScript, args...)
 	cmd.Env = append(os.Environ(), "PSNS_PREFIX="+h.prefix, "PSNS_NET="+netnsNet, "PSNS_IFACE="+netnsIface)
+	if h.decoy {
+		cmd.Env = append(cmd.Env, "PSNS_DECOY=1")
+	}
 	if h.linkMode != "" {
 		cmd.Env = append(cmd.Env, "PSNS_LINK_MODE="+h.linkMode)
 	}
@@ -259,6 +274,36 @@ func (h *hosts) netem(t *testing.T, i int, args ...string) {
 	}
 }
 
+// impair delays host i's outgoing packets by delay ± jitter ms and drops
+// loss percent of them (scripts/netns.sh impair, an NFQUEUE program of
+// ours, as this kernel has no sch_netem); it skips the test when that
+// cannot run here.
+func (h *hosts) impair(t *testing.T, i int, delay, jitter int, loss float64) {
+	t.Helper()
+	out, err := h.script("impair", strconv.Itoa(i), strconv.Itoa(delay), strconv.Itoa(jitter), strconv.FormatFloat(loss, 'f', -1, 64))
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() == 3 {
+		t.Skipf("cannot impair links here: %s", strings.TrimSpace(out))
+	}
+	if err != nil {
+		t.Fatalf("netns.sh impair %d: %v\n%s", i, err, out)
+	}
+}
+
+// txBytes returns the bytes host i has sent on its interface.
+func (h *hosts) txBytes(t *testing.T, i int) int64 {
+	t.Helper()
+	out, err := h.inHost(i, "cat", "/sys/class/net/"+netnsIface+"/statistics/tx_bytes")
+	if err != nil {
+		t.Fatalf("tx_bytes of host %d: %v\n%s", i, err, out)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
+	if err != nil {
+		t.Fatalf("tx_bytes of host %d: %q", i, out)
+	}
+	return n
+}
+
 // inHost runs a command in host i (ip, ss, ...) and returns its combined
 // output, for diagnostics.
 func (h *hosts) inHost(i int, name string, args ...string) (string, error) {
@@ -303,7 +348,7 @@ func (h *hosts) start(t *testing.T, i int, role string, env []string, bin string
 		fmt.Sprintf("DMLC_NUM_SERVER=%d", h.servers),
 		fmt.Sprintf("DMLC_NUM_WORKER=%d", h.workers),
 		"PS_START_TIMEOUT=30")
-	if !h.loopback {
+	if !h.loopback && !h.decoy {
 		cmd.Env = append(cmd.Env, "DMLC_INTERFACE="+netnsIface)
 	}
 	cmd.Env = append(cmd.Env, env...)
@@ -424,6 +469,7 @@ type result struct {
 	signal  string        // the signal that ended it, if one did
 	at      time.Duration // when it ended (running: the deadline), from the reference instant
 	out     string
+	maxRSS  int64 // peak resident memory in bytes, once it ended
 }
 
 func (r result) ok() bool { return !r.running && r.code == 0 }
@@ -513,6 +559,9 @@ func (h *hosts) wait(t *testing.T, ref time.Time, within time.Duration) []result
 			r.at = p.ended.Sub(ref)
 			st := p.cmd.ProcessState
 			r.code = st.ExitCode()
+			if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
+				r.maxRSS = ru.Maxrss << 10
+			}
 			if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 				r.signal = fmt.Sprintf("signal %d (%v)", int(ws.Signal()), ws.Signal())
 			}
@@ -652,4 +701,55 @@ func TestNetnsKVAppNetem(t *testing.T) {
 	rs := h.wait(t, start, 60*time.Second)
 	t.Logf("test_kv_app, 2 servers and 2 workers on 5 hosts, 5 ms delay and 1%% loss:%s", summary(rs))
 	checkAllOK(t, rs)
+}
+
+// A host whose first interface is not on the job's network: without
+// DMLC_INTERFACE or DMLC_NODE_HOST every node announces the address it
+// reaches the scheduler from, and the job completes. A node told to use the
+// decoy (DMLC_INTERFACE=d0) announces an address nobody reaches: the
+// scheduler fails the start-up naming it and that address, and the node
+// itself fails once the scheduler has ended, instead of waiting for ever.
+func TestNetnsFirstInterfaceNotOnTheJobNetwork(t *testing.T) {
+	t.Run("found by the route", func(t *testing.T) {
+		h := newHostsWith(t, 5, true)
+		if out, _ := h.inHost(1, "ip", "-o", "-4", "addr"); !strings.Contains(out, "d0") || strings.Index(out, "d0") > strings.Index(out, netnsIface) {
+			t.Fatalf("the decoy is not the first interface:\n%s", out)
+		}
+		start := time.Now()
+		h.startJob(t, 2, 2, nil, bin("test_kv_app"))
+		rs := h.wait(t, start, 60*time.Second)
+		t.Logf("test_kv_app, 2x2, hosts with a decoy first interface, no DMLC_INTERFACE:%s", summary(rs))
+		checkAllOK(t, rs)
+		if n := strings.Count(h.output(), "error: 0, 0"); n != 2 {
+			t.Errorf("%d of 2 workers reported exact results", n)
+		}
+		if strings.Contains(h.output(), "198.18.") {
+			t.Errorf("a node announced its decoy address:\n%s", lastLines(h.output(), 20))
+		}
+	})
+	t.Run("told the wrong interface", func(t *testing.T) {
+		h := newHostsWith(t, 3, true)
+		h.servers, h.workers = 1, 1
+		start := time.Now()
+		sched := h.start(t, 0, "scheduler", []string{"PS_START_TIMEOUT=0"}, bin("test_kv_app"))
+		srv := h.start(t, 1, "server", []string{"DMLC_INTERFACE=d0", "PS_START_TIMEOUT=0"}, bin("test_kv_app"))
+		worker := h.start(t, 2, "worker", []string{"PS_START_TIMEOUT=0"}, bin("test_kv_app"))
+		rs := h.wait(t, start, 40*time.Second)
+		t.Logf("the server announces its decoy address:%s", summary(rs))
+		for _, r := range rs {
+			if r.running || r.code == 0 {
+				t.Errorf("%s: %s, want a failure", r.name, r.status())
+			}
+		}
+		decoy := "198.18.1.1"
+		if out := find(rs, sched.name).out; !strings.Contains(out, "server 0 (node 8)") || !strings.Contains(out, decoy) || !strings.Contains(out, "could not connect") {
+			t.Errorf("the scheduler's error does not name the server and its address:\n%s", lastLines(out, 5))
+		}
+		if out := find(rs, worker.name).out; !strings.Contains(out, "server 0 (node 8)") || !strings.Contains(out, decoy) {
+			t.Errorf("the worker's error does not name the server and its address (the scheduler's notice):\n%s", lastLines(out, 5))
+		}
+		if out := find(rs, srv.name).out; !strings.Contains(out, decoy) || !strings.Contains(out, "DMLC_INTERFACE") {
+			t.Errorf("the server's error does not name its address:\n%s", lastLines(out, 5))
+		}
+	})
 }

@@ -1,0 +1,167 @@
+package tests
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// netRuns is how many times each multi-host resend case runs with and
+// without PS_RESEND (PSLITE_NET_RUNS, default 1; the note's figures come
+// from 5).
+func netRuns(t *testing.T) int {
+	s := os.Getenv("PSLITE_NET_RUNS")
+	if s == "" {
+		return 1
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		t.Fatalf("PSLITE_NET_RUNS=%q: want a positive whole number", s)
+	}
+	return n
+}
+
+// benchRun is one run of test_kv_app_benchmark across hosts.
+type benchRun struct {
+	ok        bool
+	took      time.Duration
+	workerTx  int64 // bytes the workers' hosts sent
+	serverTx  int64 // bytes the servers' hosts sent
+	serverRSS int64 // the largest server's peak resident memory
+}
+
+// TestNetnsResendOnSlowLinks runs test_kv_app_benchmark (2 servers, 2
+// workers, 5 hosts: each worker pushes and pulls 10 million keys) over
+// slow or lossy links, with and without PS_RESEND=1 at its default
+// timeout, alternately. With resending on, every run passes, and the bytes
+// sent and the servers' memory stay close to the runs without it: a
+// message is not resent while it may still be on its way, so a link
+// slower than PS_RESEND_TIMEOUT per message costs no copies.
+func TestNetnsResendOnSlowLinks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-host benchmark runs are long")
+	}
+	runs := netRuns(t)
+	const hostsN = 5
+	cases := []struct {
+		name  string
+		setup func(t *testing.T, h *hosts)
+	}{
+		{"tbf 200mbit", func(t *testing.T, h *hosts) {
+			for i := 1; i < hostsN; i++ {
+				h.rate(t, i, "200mbit")
+			}
+		}},
+		{"delay 5ms±1ms", func(t *testing.T, h *hosts) {
+			for i := 0; i < hostsN; i++ {
+				h.impair(t, i, 5, 1, 0)
+			}
+		}},
+		{"delay 5ms±1ms, 2% loss", func(t *testing.T, h *hosts) {
+			for i := 0; i < hostsN; i++ {
+				h.impair(t, i, 5, 1, 2)
+			}
+		}},
+		{"delay 5ms±1ms, 10% loss", func(t *testing.T, h *hosts) {
+			for i := 0; i < hostsN; i++ {
+				h.impair(t, i, 5, 1, 10)
+			}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var res [2][]benchRun // [resend]
+			for run := 0; run < runs; run++ {
+				for _, resend := range []bool{false, true} {
+					r := runBenchAcrossHosts(t, hostsN, c.setup, resend)
+					res[b2i(resend)] = append(res[b2i(resend)], r)
+					t.Logf("run %d, PS_RESEND=%d: ok=%v in %.1fs, workers sent %.0f MB, servers %.0f MB, server peak RSS %.0f MB",
+						run+1, b2i(resend), r.ok, r.took.Seconds(), mb(r.workerTx), mb(r.serverTx), mb(r.serverRSS))
+				}
+			}
+			for _, resend := range []bool{false, true} {
+				for k, r := range res[b2i(resend)] {
+					if !r.ok {
+						t.Errorf("run %d with PS_RESEND=%d failed", k+1, b2i(resend))
+					}
+				}
+			}
+			off, on := summarize(res[0]), summarize(res[1])
+			t.Logf("%s, %d runs each: PS_RESEND=0: %s; PS_RESEND=1: %s", c.name, runs, off, on)
+			if on.workerTx > 1.1*off.workerTx || on.serverTx > 1.1*off.serverTx {
+				t.Errorf("with resending the hosts sent more than 1.1x the bytes: %s against %s", on, off)
+			}
+			if on.serverRSS > 1.5*off.serverRSS {
+				t.Errorf("with resending the servers' peak memory is more than 1.5x: %s against %s", on, off)
+			}
+		})
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func mb(n int64) float64 { return float64(n) / 1e6 }
+
+// benchSummary is the mean of some runs, in MB and seconds.
+type benchSummary struct {
+	took, workerTx, serverTx, serverRSS float64
+}
+
+func (s benchSummary) String() string {
+	return fmt.Sprintf("%.1fs, workers sent %.0f MB, servers %.0f MB, server peak RSS %.0f MB", s.took, s.workerTx, s.serverTx, s.serverRSS)
+}
+
+func summarize(rs []benchRun) benchSummary {
+	var s benchSummary
+	for _, r := range rs {
+		s.took += r.took.Seconds()
+		s.workerTx += mb(r.workerTx)
+		s.serverTx += mb(r.serverTx)
+		s.serverRSS += mb(r.serverRSS)
+	}
+	n := float64(len(rs))
+	return benchSummary{s.took / n, s.workerTx / n, s.serverTx / n, s.serverRSS / n}
+}
+
+// runBenchAcrossHosts runs one 2x2 test_kv_app_benchmark on fresh hosts
+// set up by setup.
+func runBenchAcrossHosts(t *testing.T, n int, setup func(*testing.T, *hosts), resend bool) benchRun {
+	t.Helper()
+	h := newHosts(t, n)
+	setup(t, h)
+	var env []string
+	if resend {
+		env = []string{"PS_RESEND=1"}
+	}
+	tx := func(from, to int) int64 {
+		var sum int64
+		for i := from; i < to; i++ {
+			sum += h.txBytes(t, i)
+		}
+		return sum
+	}
+	w0, s0 := tx(3, 5), tx(1, 3)
+	start := time.Now()
+	h.startJob(t, 2, 2, env, bin("test_kv_app_benchmark"))
+	rs := h.wait(t, start, 150*time.Second)
+	r := benchRun{ok: allOK(rs) && strings.Count(h.output(), "Pull average time cost") == 2, took: time.Since(start)}
+	r.workerTx, r.serverTx = tx(3, 5)-w0, tx(1, 3)-s0
+	for _, res := range rs {
+		if res.role == "server" {
+			r.serverRSS = max(r.serverRSS, res.maxRSS)
+		}
+	}
+	if !r.ok {
+		t.Logf("PS_RESEND=%d:%s\n%s", b2i(resend), summary(rs), lastLines(h.output(), 40))
+	}
+	h.cleanup(t)
+	return r
+}
