@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/gopslite/pslite/kv"
 	"github.com/gopslite/pslite/postoffice"
@@ -53,14 +54,26 @@ func (f *Future[T]) resolve(v T, err error) {
 }
 
 // Wait blocks until the call has finished, or ctx is done, and returns the
-// result or the error. The call goes on when ctx ends first; Wait may be
-// called again.
+// result or the error. A call that has finished returns its result even if
+// ctx is done. The call goes on when ctx ends first; Wait may be called
+// again.
 func (f *Future[T]) Wait(ctx context.Context) (T, error) {
 	select {
 	case <-f.done:
 		return f.val, f.err
+	default:
+	}
+	select {
+	case <-f.done:
+		return f.val, f.err
 	case <-ctx.Done():
-		return *new(T), ctx.Err()
+		// Both may be ready: the result wins.
+		select {
+		case <-f.done:
+			return f.val, f.err
+		default:
+			return *new(T), ctx.Err()
+		}
 	}
 }
 
@@ -71,7 +84,7 @@ func (f *Future[T]) Done() <-chan struct{} { return f.done }
 type Handle struct{ f *Future[struct{}] }
 
 // Wait blocks until the update has finished, or ctx is done, and returns
-// its error.
+// its error (the update's, if it has finished, even when ctx is done).
 func (h *Handle) Wait(ctx context.Context) error {
 	_, err := h.f.Wait(ctx)
 	return err
@@ -89,8 +102,27 @@ type request struct {
 
 // call sends reqs as one KV request with command cmd and runs finish on the
 // decoded responses (aligned with reqs, which call sorts by key) in a
-// goroutine of its own.
+// goroutine of its own. If a server answers an error for any key, the call
+// fails with it (see firstErrors).
 func call[T any](c *Client, cmd int, reqs []request, finish func(reqs []request, results [][]byte) (T, error)) *Future[T] {
+	return callEach(c, cmd, reqs, func(reqs []request, results [][]byte, errs []error) (T, error) {
+		var failed []error
+		for _, err := range errs {
+			if err != nil {
+				failed = append(failed, err)
+			}
+		}
+		if len(failed) > 0 {
+			return *new(T), firstErrors(failed)
+		}
+		return finish(reqs, results)
+	})
+}
+
+// callEach is call with finish given every key's answer: its result, or
+// the error its server answered (errs[i], nil for a result). The call
+// fails without finish only when the request as a whole fails.
+func callEach[T any](c *Client, cmd int, reqs []request, finish func(reqs []request, results [][]byte, errs []error) (T, error)) *Future[T] {
 	slices.SortStableFunc(reqs, func(a, b request) int {
 		switch {
 		case a.key < b.key:
@@ -101,7 +133,7 @@ func call[T any](c *Client, cmd int, reqs []request, finish func(reqs []request,
 		return 0
 	})
 	if len(reqs) == 0 {
-		v, err := finish(nil, nil)
+		v, err := finish(nil, nil, nil)
 		f := newFuture[T]()
 		f.resolve(v, err)
 		return f
@@ -132,27 +164,22 @@ func call[T any](c *Client, cmd int, reqs []request, finish func(reqs []request,
 			f.resolve(*new(T), err)
 			return
 		}
+		if len(lens) != len(reqs) {
+			f.resolve(*new(T), fmt.Errorf("psf: %d responses for %d keys", len(lens), len(reqs)))
+			return
+		}
 		results := make([][]byte, len(reqs))
+		errs := make([]error, len(reqs))
 		off := 0
-		var errs []error
 		for i, l := range lens {
 			if l < 0 || off+int(l) > len(outs) {
 				f.resolve(*new(T), fmt.Errorf("psf: response lengths do not add up"))
 				return
 			}
-			res, err := decodeResponse(outs[off:off+int(l)], reqs[i].part.Server, reqs[i].part.ID)
+			results[i], errs[i] = decodeResponse(outs[off:off+int(l)], reqs[i].part.Server, reqs[i].part.ID)
 			off += int(l)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			results[i] = res
 		}
-		if len(errs) > 0 {
-			f.resolve(*new(T), firstErrors(errs))
-			return
-		}
-		v, err := finish(reqs, results)
+		v, err := finish(reqs, results, errs)
 		f.resolve(v, err)
 	}()
 	return f
@@ -183,20 +210,73 @@ func firstErrors(errs []error) error {
 	return errors.Join(out...)
 }
 
-// sys sends a matrix operation to servers (every server when nil).
+// sys sends a matrix operation to servers (every server when nil), and
+// returns their results in the order of servers; it fails if any server
+// answers an error.
 func (c *Client) sys(op uint8, name string, args []byte, servers []int) *Future[[][]byte] {
-	ranges := c.po.ServerKeyRanges()
 	if servers == nil {
-		for i := range ranges {
-			servers = append(servers, i)
-		}
+		servers = c.allServers()
 	}
-	payload := encodeSysRequest(sysRequest{op: op, matrix: name, args: args})
-	reqs := make([]request, len(servers))
+	per := make(map[int][]byte, len(servers))
+	for _, s := range servers {
+		per[s] = args
+	}
+	pos := make(map[int]int, len(servers))
 	for i, s := range servers {
-		reqs[i] = request{key: ranges[s].Begin, payload: payload, part: PartitionMeta{ID: -1, Server: s}}
+		pos[s] = i
 	}
-	return call(c, CmdSystem, reqs, func(_ []request, res [][]byte) ([][]byte, error) { return res, nil })
+	return call(c, CmdSystem, c.sysRequests(op, name, per), func(reqs []request, res [][]byte) ([][]byte, error) {
+		out := make([][]byte, len(servers))
+		for i, r := range reqs {
+			out[pos[r.part.Server]] = res[i]
+		}
+		return out, nil
+	})
+}
+
+// sysAnswer is one server's answer to a matrix operation: its result, or
+// the error it answered.
+type sysAnswer struct {
+	server int
+	res    []byte
+	err    error
+}
+
+// sysEach sends a matrix operation to the servers of args, each with its
+// own arguments, and returns every server's answer, by server.
+func (c *Client) sysEach(op uint8, name string, args map[int][]byte) *Future[[]sysAnswer] {
+	return callEach(c, CmdSystem, c.sysRequests(op, name, args), func(reqs []request, res [][]byte, errs []error) ([]sysAnswer, error) {
+		out := make([]sysAnswer, len(reqs))
+		for i, r := range reqs {
+			out[i] = sysAnswer{server: r.part.Server, res: res[i], err: errs[i]}
+		}
+		slices.SortFunc(out, func(a, b sysAnswer) int { return a.server - b.server })
+		return out, nil
+	})
+}
+
+// sysRequests makes the requests of a matrix operation: one for each
+// server of args (its first key), with its arguments.
+func (c *Client) sysRequests(op uint8, name string, args map[int][]byte) []request {
+	ranges := c.po.ServerKeyRanges()
+	reqs := make([]request, 0, len(args))
+	for _, s := range sortedKeys(args) {
+		if s < 0 || s >= len(ranges) {
+			continue
+		}
+		payload := encodeSysRequest(sysRequest{op: op, matrix: name, args: args[s]})
+		reqs = append(reqs, request{key: ranges[s].Begin, payload: payload, part: PartitionMeta{ID: -1, Server: s}})
+	}
+	return reqs
+}
+
+// allServers returns the ranks of every server.
+func (c *Client) allServers() []int {
+	out := make([]int, len(c.po.ServerKeyRanges()))
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }
 
 // Matrix is a worker's handle on a matrix held by the servers.
@@ -215,6 +295,13 @@ func (m *Matrix) Name() string { return m.meta.Name }
 // get their defaults (see MatrixMeta); NumServers is the job's. Creating a
 // matrix that exists with the same layout is not an error, so every worker
 // may create the matrices it uses; another layout is.
+//
+// The create is all or nothing: if any server refuses (a matrix of that
+// name with another layout there, say), the servers that created the
+// matrix in this call drop it again (those that held it before keep it),
+// and the error names the servers that refused and why. If ctx ends before
+// the servers have answered, the create goes on, and is undone in the same
+// way if a server refuses.
 func (c *Client) CreateMatrix(ctx context.Context, meta MatrixMeta) (*Matrix, error) {
 	if meta.NumServers != 0 && meta.NumServers != c.po.NumServers() {
 		return nil, fmt.Errorf("psf: matrix %q: NumServers %d, the job has %d", meta.Name, meta.NumServers, c.po.NumServers())
@@ -227,33 +314,151 @@ func (c *Client) CreateMatrix(ctx context.Context, meta MatrixMeta) (*Matrix, er
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.sys(opCreate, meta.Name, args, nil).Wait(ctx); err != nil {
+	per := make(map[int][]byte)
+	for _, s := range c.allServers() {
+		per[s] = args
+	}
+	f := c.sysEach(opCreate, meta.Name, per)
+	answers, err := f.Wait(ctx)
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			go func() {
+				// The answers will come: undo the create if it failed.
+				if answers, err := f.Wait(context.Background()); err == nil {
+					_ = c.finishCreate(context.Background(), meta.Name, answers)
+				}
+			}()
+		}
+		return nil, fmt.Errorf("psf: creating matrix %q: %w", meta.Name, err)
+	}
+	if err := c.finishCreate(ctx, meta.Name, answers); err != nil {
 		return nil, err
 	}
 	return &Matrix{c: c, meta: meta}, nil
 }
 
-// OpenMatrix returns a handle on an existing matrix.
+// finishCreate checks the servers' answers to a create; if any refused, it
+// drops the matrix from the servers that created it in that call, and
+// returns the error.
+func (c *Client) finishCreate(ctx context.Context, name string, answers []sysAnswer) error {
+	var refused []error
+	var refusers []int
+	drop := make(map[int][]byte)
+	for _, a := range answers {
+		if a.err != nil {
+			refused = append(refused, a.err)
+			refusers = append(refusers, a.server)
+			continue
+		}
+		if len(a.res) == 0 {
+			continue // a server of an earlier version: cannot be undone
+		}
+		gen, err := decode(genCodec, a.res)
+		if err != nil {
+			refused = append(refused, fmt.Errorf("psf: server %d: bad answer to a create: %w", a.server, err))
+			refusers = append(refusers, a.server)
+			continue
+		}
+		if gen != 0 {
+			drop[a.server] = a.res
+		}
+	}
+	if len(refused) == 0 {
+		return nil
+	}
+	undone := "no other server created it"
+	if len(drop) > 0 {
+		undone = fmt.Sprintf("dropped it again on %s, which created it", serverList(sortedKeys(drop)))
+		answers, err := c.sysEach(opDrop, name, drop).Wait(ctx)
+		if err == nil {
+			for _, a := range answers {
+				if a.err != nil {
+					err = errors.Join(err, a.err)
+				}
+			}
+		}
+		if err != nil {
+			undone = fmt.Sprintf("dropping it again on %s failed: %v", serverList(sortedKeys(drop)), err)
+		}
+	}
+	return fmt.Errorf("psf: creating matrix %q: refused by %s (%s): %w", name, serverList(refusers), undone, firstErrors(refused))
+}
+
+// serverList names servers for a message: "server 2", "servers 0 and 2",
+// "servers 0, 1 and 2".
+func serverList(ss []int) string {
+	switch len(ss) {
+	case 0:
+		return "no server"
+	case 1:
+		return fmt.Sprintf("server %d", ss[0])
+	}
+	var b strings.Builder
+	b.WriteString("servers ")
+	for i, s := range ss {
+		switch {
+		case i == len(ss)-1:
+			b.WriteString(" and ")
+		case i > 0:
+			b.WriteString(", ")
+		}
+		fmt.Fprint(&b, s)
+	}
+	return b.String()
+}
+
+// OpenMatrix returns a handle on an existing matrix. Every server must hold
+// it, with the same layout: when a server lacks it the error matches
+// ErrNoMatrix and names the servers that have it and those that do not.
 func (c *Client) OpenMatrix(ctx context.Context, name string) (*Matrix, error) {
 	if err := validName("matrix", name); err != nil {
 		return nil, err
 	}
-	res, err := c.sys(opMeta, name, nil, []int{0}).Wait(ctx)
+	per := make(map[int][]byte)
+	for _, s := range c.allServers() {
+		per[s] = nil
+	}
+	answers, err := c.sysEach(opMeta, name, per).Wait(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return c.matrixFrom(res[:1])
+	var have, lack []int
+	var others []error
+	res := make([][]byte, len(answers))
+	for i, a := range answers {
+		switch {
+		case a.err == nil:
+			have = append(have, a.server)
+			res[i] = a.res
+		case errors.Is(a.err, ErrNoMatrix):
+			lack = append(lack, a.server)
+		default:
+			others = append(others, a.err)
+		}
+	}
+	switch {
+	case len(others) > 0:
+		return nil, firstErrors(others)
+	case len(have) == 0:
+		return nil, fmt.Errorf("%w %q on any server", ErrNoMatrix, name)
+	case len(lack) > 0:
+		return nil, fmt.Errorf("%w: matrix %q is on %s but not on %s (a create or delete did not finish; delete it and create it again)",
+			ErrNoMatrix, name, serverList(have), serverList(lack))
+	}
+	return c.matrixFrom(res)
 }
 
+// matrixFrom returns the matrix whose meta every server answered (res[i]
+// from server i), after checking that they agree.
 func (c *Client) matrixFrom(res [][]byte) (*Matrix, error) {
 	var meta MatrixMeta
 	for i, r := range res {
 		m, err := decode(metaCodec, r)
 		if err != nil {
-			return nil, fmt.Errorf("psf: bad matrix meta from a server: %w", err)
+			return nil, fmt.Errorf("psf: bad matrix meta from server %d: %w", i, err)
 		}
 		if i > 0 && m != meta {
-			return nil, fmt.Errorf("psf: servers disagree on matrix %q: %+v and %+v", m.Name, meta, m)
+			return nil, fmt.Errorf("psf: servers disagree on matrix %q: server 0 has %+v, server %d %+v", m.Name, meta, i, m)
 		}
 		meta = m
 	}
@@ -267,7 +472,9 @@ func (c *Client) matrixFrom(res [][]byte) (*Matrix, error) {
 }
 
 // DeleteMatrix drops a matrix from every server (no error if it does not
-// exist).
+// exist), with its checkpoints in the servers' checkpoint directories
+// (WithCheckpointDir), so that a server that restarts does not restore it.
+// Saves made with Matrix.Save are not touched.
 func (c *Client) DeleteMatrix(ctx context.Context, name string) error {
 	if err := validName("matrix", name); err != nil {
 		return err

@@ -73,12 +73,25 @@
 // # Saving and checkpoints
 //
 // Matrix.Save writes a matrix to a directory on the servers (a small
-// meta.json and one checksummed binary file per partition, format in
-// store.go and README.md); Client.LoadMatrix and Matrix.Load read it back,
-// into any number of servers and layout. Matrix.Checkpoint(id) and
-// Matrix.Recover(id) do the same in the servers' checkpoint directory
-// (WithCheckpointDir), and a server that replaces a dead one restores its
-// partitions from the latest checkpoint when it starts.
+// meta.json and one checksummed binary file per partition holding the rows
+// that are not all zeros, format in store.go and README.md);
+// Client.LoadMatrix and Matrix.Load read it back, into any number of
+// servers and layout. Matrix.Checkpoint(id) and Matrix.Recover(id) do the
+// same in the servers' checkpoint directory (WithCheckpointDir), and a
+// server that replaces a dead one restores its partitions from the latest
+// checkpoint when it starts. Client.DeleteMatrix removes a matrix's
+// checkpoints as well.
+//
+// # Atomicity
+//
+// An update changes each partition completely or not at all: a kernel
+// that fails or panics leaves its partition as it was. Across partitions
+// and servers an update is not atomic: the partitions that succeeded keep
+// the change, and the caller gets the error of those that failed.
+// CreateMatrix and loads are all or nothing over the servers.
+//
+// Rows take memory once written; rows never written read as zeros without
+// being allocated.
 //
 // Only float64 matrices are supported.
 package psf

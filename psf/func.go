@@ -10,8 +10,11 @@ import (
 // Block is what a kernel runs on: one partition of a matrix, on the server
 // that holds it. Its rows are read and written through Row.
 type Block struct {
-	m    *serverMatrix
-	part *partition
+	m     *serverMatrix
+	part  *partition
+	write bool      // an update kernel's block: Row allocates rows never written
+	undo  *undoLog  // non-nil: rows are saved before the kernel may change them
+	zeros []float64 // what a get kernel reads for rows never written
 }
 
 // Matrix returns the meta of the block's matrix.
@@ -26,26 +29,35 @@ func (b *Block) Partition() PartitionMeta { return b.part.meta }
 // not change it. Row r need not be in the block's rows: any row whose
 // partition for the same columns is on this server can be reached, which is
 // how functions over several rows work; other rows give ErrNotColocated.
+//
+// A row never written holds zeros and takes no memory: Row allocates it in
+// an update kernel, and in a get kernel returns zeros that are not stored
+// (the same slice for every such row of the call).
 func (b *Block) Row(r int) ([]float64, error) {
-	if b.part.meta.HasRow(r) {
-		return b.part.row(r), nil
-	}
-	meta := &b.m.meta
-	if err := meta.CheckRows(r); err != nil {
+	p, i, err := b.locate(r)
+	if err != nil {
 		return nil, err
 	}
-	ncb := int(meta.NumColBlocks())
-	id := r/meta.RowBlock*ncb + b.part.meta.ID%ncb
-	p := b.m.parts[id]
-	if p == nil {
-		return nil, fmt.Errorf("%w: matrix %q row %d, columns [%d,%d) are on server %d, not with %s",
-			ErrNotColocated, meta.Name, r, b.part.meta.ColStart, b.part.meta.ColEnd, id%meta.NumServers, b.part.meta)
+	if !b.write {
+		if x := p.rows[i]; x != nil {
+			return x, nil
+		}
+		return b.zeroRow(), nil
 	}
-	return p.row(r), nil
+	if b.undo != nil && b.undo.auto {
+		b.undo.save(p, i)
+	}
+	return p.row(i), nil
 }
 
-// Rows returns the values of several rows, as Row does for each.
+// Rows returns the values of several rows, as Row does for each. It checks
+// every row before it returns (or allocates) any.
 func (b *Block) Rows(rows ...int) ([][]float64, error) {
+	for _, r := range rows {
+		if _, _, err := b.locate(r); err != nil {
+			return nil, err
+		}
+	}
 	out := make([][]float64, len(rows))
 	for i, r := range rows {
 		v, err := b.Row(r)
@@ -55,6 +67,163 @@ func (b *Block) Rows(rows ...int) ([][]float64, error) {
 		out[i] = v
 	}
 	return out, nil
+}
+
+// locate returns the partition on this server holding row r in the
+// block's columns, and r's index in it.
+func (b *Block) locate(r int) (*partition, int, error) {
+	if b.part.meta.HasRow(r) {
+		return b.part, r - b.part.meta.RowStart, nil
+	}
+	meta := &b.m.meta
+	if err := meta.CheckRows(r); err != nil {
+		return nil, 0, err
+	}
+	ncb := int(meta.NumColBlocks())
+	id := r/meta.RowBlock*ncb + b.part.meta.ID%ncb
+	p := b.m.parts[id]
+	if p == nil {
+		return nil, 0, fmt.Errorf("%w: matrix %q row %d, columns [%d,%d) are on server %d, not with %s",
+			ErrNotColocated, meta.Name, r, b.part.meta.ColStart, b.part.meta.ColEnd, id%meta.NumServers, b.part.meta)
+	}
+	return p, r - p.meta.RowStart, nil
+}
+
+// peek returns row r's storage without allocating it: nil for a row never
+// written (all zeros). For the library's kernels, which must not change
+// what it returns.
+func (b *Block) peek(r int) ([]float64, error) {
+	p, i, err := b.locate(r)
+	if err != nil {
+		return nil, err
+	}
+	return p.rows[i], nil
+}
+
+// input returns row r's values for reading: its storage, or zeros that are
+// not stored for a row never written.
+func (b *Block) input(r int) ([]float64, error) {
+	x, err := b.peek(r)
+	if x == nil && err == nil {
+		x = b.zeroRow()
+	}
+	return x, err
+}
+
+// protect saves row r, if the block keeps an undo log, before a kernel
+// that saves rows itself (guardOutput) changes it.
+func (b *Block) protect(r int) error {
+	p, i, err := b.locate(r)
+	if err == nil && b.undo != nil {
+		b.undo.save(p, i)
+	}
+	return err
+}
+
+// clearRow sets row r to zeros by freeing its storage.
+func (b *Block) clearRow(r int) error {
+	p, i, err := b.locate(r)
+	if err != nil {
+		return err
+	}
+	if b.undo != nil {
+		b.undo.save(p, i)
+	}
+	p.rows[i] = nil
+	return nil
+}
+
+// zeroRow returns a slice of zeros as wide as the block (every row a
+// kernel reaches is), made once per call.
+func (b *Block) zeroRow() []float64 {
+	if b.zeros == nil {
+		b.zeros = make([]float64, b.part.meta.Width())
+	}
+	return b.zeros
+}
+
+// guardMode says how a server keeps a partition unchanged when an update
+// kernel fails (returns an error or panics) half-way.
+type guardMode uint8
+
+const (
+	// guardAll saves every row Row returns before the kernel sees it: for
+	// kernels that may fail after changing something (user kernels).
+	guardAll guardMode = iota
+	// guardOutput saves the rows the kernel announces with protect (the
+	// element-wise kernels, which write one row).
+	guardOutput
+	// guardNone saves nothing: the kernel checks everything that can fail
+	// before it changes anything (the library's kernels).
+	guardNone
+)
+
+// undoLog holds the values rows had before an update kernel could change
+// them, so that a kernel that fails leaves its partition as it was.
+type undoLog struct {
+	auto    bool // Row saves the rows it returns (guardAll)
+	entries []undoEntry
+	seen    map[undoKey]bool
+	buf     []float64 // saved values, back to back
+}
+
+type undoKey struct {
+	p *partition
+	i int
+}
+
+type undoEntry struct {
+	undoKey
+	off int // of the values in buf; -1 for a row never written
+}
+
+// maxKeptUndo is the largest undo buffer (in values) a server keeps for
+// the next call; larger ones are left to the garbage collector.
+const maxKeptUndo = 1 << 20
+
+// reset empties the log for a new call.
+func (u *undoLog) reset(auto bool) {
+	u.auto = auto
+	clear(u.entries) // drop the partitions they point to
+	u.entries = u.entries[:0]
+	clear(u.seen)
+	if cap(u.buf) > maxKeptUndo {
+		u.buf = nil
+	}
+	u.buf = u.buf[:0]
+}
+
+// save records row i of p, once per call.
+func (u *undoLog) save(p *partition, i int) {
+	k := undoKey{p, i}
+	if u.seen == nil {
+		u.seen = make(map[undoKey]bool)
+	}
+	if u.seen[k] {
+		return
+	}
+	u.seen[k] = true
+	e := undoEntry{undoKey: k, off: -1}
+	if x := p.rows[i]; x != nil {
+		e.off = len(u.buf)
+		u.buf = append(u.buf, x...)
+	}
+	u.entries = append(u.entries, e)
+}
+
+// restore puts back every saved row.
+func (u *undoLog) restore() {
+	for _, e := range u.entries {
+		if e.off < 0 {
+			e.p.rows[e.i] = nil
+			continue
+		}
+		w := e.p.meta.Width()
+		if e.p.rows[e.i] == nil {
+			e.p.rows[e.i] = make([]float64, w)
+		}
+		copy(e.p.rows[e.i], u.buf[e.off:e.off+w])
+	}
 }
 
 // Kernel is the server half of a function, known by its name in a
@@ -67,6 +236,8 @@ type Kernel interface {
 	update() bool
 	// serve decodes param, runs on b and appends the encoded result to out.
 	serve(b *Block, param []byte, out *Encoder) error
+	// guard says what an update kernel needs saved to be undone.
+	guard() guardMode
 }
 
 // GetKernel is the server half of a get function: it reads one partition
@@ -91,6 +262,8 @@ func (k *GetKernel[P, Q]) Name() string { return k.name }
 
 func (k *GetKernel[P, Q]) update() bool { return false }
 
+func (k *GetKernel[P, Q]) guard() guardMode { return guardNone }
+
 func (k *GetKernel[P, Q]) serve(b *Block, param []byte, out *Encoder) error {
 	p, err := decode(k.param, param)
 	if err != nil {
@@ -110,19 +283,33 @@ type UpdateKernel[P any] struct {
 	name  string
 	param Codec[P]
 	fn    func(b *Block, param P) error
+	g     guardMode
 }
 
 // NewUpdateKernel returns the server half of an update function named
 // name: fn runs on every partition a request reaches, with the parameter
 // the worker made for that partition. Register it before use.
+//
+// The partition's change is all or nothing: the server saves every row fn
+// obtains through Block.Row before fn sees it, and if fn returns an error
+// or panics, puts them back (rows never written become unwritten again).
+// That costs a copy of each row fn reaches.
 func NewUpdateKernel[P any](name string, param Codec[P], fn func(b *Block, param P) error) *UpdateKernel[P] {
-	return &UpdateKernel[P]{name: name, param: param, fn: fn}
+	return &UpdateKernel[P]{name: name, param: param, fn: fn, g: guardAll}
+}
+
+// newLibUpdateKernel returns an update kernel that needs no undo log: fn
+// checks everything that can fail before it changes anything.
+func newLibUpdateKernel[P any](name string, param Codec[P], fn func(b *Block, param P) error) *UpdateKernel[P] {
+	return &UpdateKernel[P]{name: name, param: param, fn: fn, g: guardNone}
 }
 
 // Name returns the kernel's name.
 func (k *UpdateKernel[P]) Name() string { return k.name }
 
 func (k *UpdateKernel[P]) update() bool { return true }
+
+func (k *UpdateKernel[P]) guard() guardMode { return k.g }
 
 func (k *UpdateKernel[P]) serve(b *Block, param []byte, _ *Encoder) error {
 	p, err := decode(k.param, param)

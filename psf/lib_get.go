@@ -38,11 +38,18 @@ func rowsOf(b *Block, p rowParam, rows, scalars int) ([][]float64, error) {
 	return b.Rows(p.Rows...)
 }
 
-// acc is a compensated (Neumaier) sum.
+// acc is a compensated (Neumaier) sum. Once the running sum is not finite
+// (an infinity or NaN was added, or the sum overflowed) the correction is
+// dropped and the sum follows IEEE arithmetic: the correction term would
+// compute Inf-Inf, a NaN that plain summation does not give.
 type acc struct{ s, c float64 }
 
 func (a *acc) add(x float64) {
 	t := a.s + x
+	if math.IsInf(t, 0) || math.IsNaN(t) {
+		a.s, a.c = t, 0
+		return
+	}
 	if math.Abs(a.s) >= math.Abs(x) {
 		a.c += (a.s - t) + x
 	} else {
@@ -51,29 +58,86 @@ func (a *acc) add(x float64) {
 	a.s = t
 }
 
-func (a *acc) sum() float64 { return a.s + a.c }
+func (a *acc) sum() float64 {
+	if math.IsInf(a.s, 0) || math.IsNaN(a.s) {
+		return a.s
+	}
+	return a.s + a.c
+}
 
 // block is the number of terms summed plainly (four interleaved sums)
 // before the block's sum joins the compensated total: the error stays
 // within about block*eps of the sum of magnitudes, at the speed of a plain
 // loop.
+//
+// The loops below are written out for each aggregate, not shared through
+// a function value: a call per element would cost several times the
+// arithmetic.
 const block = 256
 
-// sumOf returns the sum of f(x[i]) (f(v) = v, |v| or v*v) for i in x.
-func sumOf(x []float64, f func(float64) float64) float64 {
+// sumOf returns the sum of x.
+func sumOf(x []float64) float64 {
 	var a acc
 	for len(x) > 0 {
 		n := min(block, len(x))
+		xx := x[:n]
 		var s0, s1, s2, s3 float64
 		i := 0
 		for ; i+4 <= n; i += 4 {
-			s0 += f(x[i])
-			s1 += f(x[i+1])
-			s2 += f(x[i+2])
-			s3 += f(x[i+3])
+			s0 += xx[i]
+			s1 += xx[i+1]
+			s2 += xx[i+2]
+			s3 += xx[i+3]
 		}
 		for ; i < n; i++ {
-			s0 += f(x[i])
+			s0 += xx[i]
+		}
+		a.add((s0 + s1) + (s2 + s3))
+		x = x[n:]
+	}
+	return a.sum()
+}
+
+// asumOf returns the sum of |x[i]|.
+func asumOf(x []float64) float64 {
+	var a acc
+	for len(x) > 0 {
+		n := min(block, len(x))
+		xx := x[:n]
+		var s0, s1, s2, s3 float64
+		i := 0
+		for ; i+4 <= n; i += 4 {
+			s0 += math.Abs(xx[i])
+			s1 += math.Abs(xx[i+1])
+			s2 += math.Abs(xx[i+2])
+			s3 += math.Abs(xx[i+3])
+		}
+		for ; i < n; i++ {
+			s0 += math.Abs(xx[i])
+		}
+		a.add((s0 + s1) + (s2 + s3))
+		x = x[n:]
+	}
+	return a.sum()
+}
+
+// ssqOf returns the sum of x[i]^2 (which may overflow or underflow; see
+// nrm2Partial).
+func ssqOf(x []float64) float64 {
+	var a acc
+	for len(x) > 0 {
+		n := min(block, len(x))
+		xx := x[:n]
+		var s0, s1, s2, s3 float64
+		i := 0
+		for ; i+4 <= n; i += 4 {
+			s0 += xx[i] * xx[i]
+			s1 += xx[i+1] * xx[i+1]
+			s2 += xx[i+2] * xx[i+2]
+			s3 += xx[i+3] * xx[i+3]
+		}
+		for ; i < n; i++ {
+			s0 += xx[i] * xx[i]
 		}
 		a.add((s0 + s1) + (s2 + s3))
 		x = x[n:]
@@ -87,16 +151,16 @@ func dotOf(x, y []float64) float64 {
 	for len(x) > 0 {
 		n := min(block, len(x))
 		var s0, s1, s2, s3 float64
-		yy := y[:n]
+		xx, yy := x[:n], y[:n]
 		i := 0
 		for ; i+4 <= n; i += 4 {
-			s0 += x[i] * yy[i]
-			s1 += x[i+1] * yy[i+1]
-			s2 += x[i+2] * yy[i+2]
-			s3 += x[i+3] * yy[i+3]
+			s0 += xx[i] * yy[i]
+			s1 += xx[i+1] * yy[i+1]
+			s2 += xx[i+2] * yy[i+2]
+			s3 += xx[i+3] * yy[i+3]
 		}
 		for ; i < n; i++ {
-			s0 += x[i] * yy[i]
+			s0 += xx[i] * yy[i]
 		}
 		a.add((s0 + s1) + (s2 + s3))
 		x, y = x[n:], y[n:]
@@ -104,73 +168,202 @@ func dotOf(x, y []float64) float64 {
 	return a.sum()
 }
 
-func ident(v float64) float64  { return v }
-func square(v float64) float64 { return v * v }
+// dotZeros returns the dot product of x with a row of zeros: 0, or NaN if
+// x holds an infinity or a NaN (0*Inf is NaN).
+func dotZeros(x []float64) float64 {
+	for _, v := range x {
+		if v-v != 0 { // Inf-Inf and NaN-NaN are NaN
+			return math.NaN()
+		}
+	}
+	return 0
+}
 
-// Kernels of the aggregates. Each computes a partial result on a block; the
-// worker half merges the partials.
-var (
-	kSum = MustRegister(NewGetKernel("psf.Sum", rowParamCodec, Float64, func(b *Block, p rowParam) (float64, error) {
-		xs, err := rowsOf(b, p, 1, 0)
-		if err != nil {
-			return 0, err
+// The folds use the built-in max and min, which, unlike a comparison, give
+// NaN if any value is NaN and order -0 below +0 (as math.Max and math.Min
+// do, except that math.Max(+Inf, NaN) is +Inf).
+
+// maxOf returns the largest value of x (-Inf for none).
+func maxOf(x []float64) float64 {
+	m0, m1, m2, m3 := math.Inf(-1), math.Inf(-1), math.Inf(-1), math.Inf(-1)
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		m0 = max(m0, x[i])
+		m1 = max(m1, x[i+1])
+		m2 = max(m2, x[i+2])
+		m3 = max(m3, x[i+3])
+	}
+	for ; i < len(x); i++ {
+		m0 = max(m0, x[i])
+	}
+	return max(m0, m1, m2, m3)
+}
+
+// minOf returns the smallest value of x (+Inf for none).
+func minOf(x []float64) float64 {
+	m0, m1, m2, m3 := math.Inf(1), math.Inf(1), math.Inf(1), math.Inf(1)
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		m0 = min(m0, x[i])
+		m1 = min(m1, x[i+1])
+		m2 = min(m2, x[i+2])
+		m3 = min(m3, x[i+3])
+	}
+	for ; i < len(x); i++ {
+		m0 = min(m0, x[i])
+	}
+	return min(m0, m1, m2, m3)
+}
+
+// amaxOf returns the largest |x[i]| (0 for none; NaN if x holds one). It
+// compares the bits shifted left by one, which drops the sign: for
+// |x| these order like the values, and a NaN's are above +Inf's, so it
+// wins, as with max. Integers are compared without branches and without
+// moving each value between the float and integer registers for math.Abs.
+func amaxOf(x []float64) float64 {
+	var m0, m1, m2, m3 uint64
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		m0 = max(m0, math.Float64bits(x[i])<<1)
+		m1 = max(m1, math.Float64bits(x[i+1])<<1)
+		m2 = max(m2, math.Float64bits(x[i+2])<<1)
+		m3 = max(m3, math.Float64bits(x[i+3])<<1)
+	}
+	for ; i < len(x); i++ {
+		m0 = max(m0, math.Float64bits(x[i])<<1)
+	}
+	return math.Float64frombits(max(m0, m1, m2, m3) >> 1)
+}
+
+// aminOf returns the smallest |x[i]| (+Inf for none).
+func aminOf(x []float64) float64 {
+	m0, m1, m2, m3 := math.Inf(1), math.Inf(1), math.Inf(1), math.Inf(1)
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		m0 = min(m0, math.Abs(x[i]))
+		m1 = min(m1, math.Abs(x[i+1]))
+		m2 = min(m2, math.Abs(x[i+2]))
+		m3 = min(m3, math.Abs(x[i+3]))
+	}
+	for ; i < len(x); i++ {
+		m0 = min(m0, math.Abs(x[i]))
+	}
+	return min(m0, m1, m2, m3)
+}
+
+// nnzOf returns the number of non-zero values of x (NaN counts).
+func nnzOf(x []float64) int64 {
+	var n0, n1, n2, n3 int64
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		if x[i] != 0 {
+			n0++
 		}
-		return sumOf(xs[0], ident), nil
-	}))
-	kAsum = MustRegister(NewGetKernel("psf.Asum", rowParamCodec, Float64, func(b *Block, p rowParam) (float64, error) {
-		xs, err := rowsOf(b, p, 1, 0)
-		if err != nil {
-			return 0, err
+		if x[i+1] != 0 {
+			n1++
 		}
-		return sumOf(xs[0], math.Abs), nil
-	}))
-	kMax  = foldKernel("psf.Max", math.Inf(-1), func(m, x float64) float64 { return math.Max(m, x) })
-	kMin  = foldKernel("psf.Min", math.Inf(1), func(m, x float64) float64 { return math.Min(m, x) })
-	kAmax = foldKernel("psf.Amax", 0, func(m, x float64) float64 { return math.Max(m, math.Abs(x)) })
-	kAmin = foldKernel("psf.Amin", math.Inf(1), func(m, x float64) float64 { return math.Min(m, math.Abs(x)) })
-	kNnz  = MustRegister(NewGetKernel("psf.Nnz", rowParamCodec, Int64, func(b *Block, p rowParam) (int64, error) {
-		xs, err := rowsOf(b, p, 1, 0)
-		if err != nil {
-			return 0, err
+		if x[i+2] != 0 {
+			n2++
 		}
-		var n int64
-		for _, x := range xs[0] {
-			if x != 0 {
-				n++
-			}
+		if x[i+3] != 0 {
+			n3++
 		}
-		return n, nil
-	}))
-	kNrm2 = MustRegister(NewGetKernel("psf.Nrm2", rowParamCodec, Float64s, func(b *Block, p rowParam) ([]float64, error) {
-		xs, err := rowsOf(b, p, 1, 0)
+	}
+	for ; i < len(x); i++ {
+		if x[i] != 0 {
+			n0++
+		}
+	}
+	return n0 + n1 + n2 + n3
+}
+
+// peekRows returns the storage of p's rows in b, nil for rows never
+// written, after checking the shape; a kernel must not change them.
+func peekRows(b *Block, p rowParam, rows, scalars int) ([][]float64, error) {
+	if err := p.shape(rows, scalars); err != nil {
+		return nil, err
+	}
+	out := make([][]float64, rows)
+	for i, r := range p.Rows {
+		x, err := b.peek(r)
 		if err != nil {
 			return nil, err
 		}
-		scale, ssq := nrm2Partial(xs[0])
-		return []float64{scale, ssq}, nil
+		out[i] = x
+	}
+	return out, nil
+}
+
+// rowAgg registers a get kernel computing f on one row, or returning zero
+// (f's value on a row of zeros) for a row never written.
+func rowAgg[Q any](name string, result Codec[Q], zero Q, f func(x []float64) Q) *GetKernel[rowParam, Q] {
+	return MustRegister(NewGetKernel(name, rowParamCodec, result, func(b *Block, p rowParam) (Q, error) {
+		if err := p.shape(1, 0); err != nil {
+			return zero, err
+		}
+		x, err := b.peek(p.Rows[0])
+		if err != nil || x == nil {
+			return zero, err
+		}
+		return f(x), nil
 	}))
+}
+
+// Kernels of the aggregates. Each computes a partial result on a block; the
+// worker half merges the partials. A row never written is all zeros, known
+// without reading it.
+var (
+	kSum  = rowAgg("psf.Sum", Float64, 0, sumOf)
+	kAsum = rowAgg("psf.Asum", Float64, 0, asumOf)
+	kMax  = rowAgg("psf.Max", Float64, 0, maxOf)
+	kMin  = rowAgg("psf.Min", Float64, 0, minOf)
+	kAmax = rowAgg("psf.Amax", Float64, 0, amaxOf)
+	kAmin = rowAgg("psf.Amin", Float64, 0, aminOf)
+	kNnz  = rowAgg("psf.Nnz", Int64, 0, nnzOf)
+	kNrm2 = rowAgg("psf.Nrm2", Float64s, []float64{0, 1}, func(x []float64) []float64 {
+		scale, ssq := nrm2Partial(x)
+		return []float64{scale, ssq}
+	})
 	kDot = MustRegister(NewGetKernel("psf.Dot", rowParamCodec, Float64, func(b *Block, p rowParam) (float64, error) {
-		xs, err := rowsOf(b, p, 2, 0)
+		xs, err := peekRows(b, p, 2, 0)
 		if err != nil {
 			return 0, err
 		}
-		return dotOf(xs[0], xs[1]), nil
+		switch x, y := xs[0], xs[1]; {
+		case x == nil && y == nil:
+			return 0, nil
+		case x == nil:
+			return dotZeros(y), nil
+		case y == nil:
+			return dotZeros(x), nil
+		default:
+			return dotOf(x, y), nil
+		}
 	}))
 	kEqual = MustRegister(NewGetKernel("psf.Equal", rowParamCodec, Bool, func(b *Block, p rowParam) (bool, error) {
-		xs, err := rowsOf(b, p, 2, 0)
+		xs, err := peekRows(b, p, 2, 0)
 		if err != nil {
 			return false, err
 		}
-		y := xs[1]
-		for i, x := range xs[0] {
-			if x != y[i] {
+		x, y := xs[0], xs[1]
+		switch {
+		case x == nil && y == nil:
+			return true, nil
+		case x == nil:
+			x, y = y, nil
+		}
+		if y == nil {
+			return nnzOf(x) == 0, nil
+		}
+		for i, v := range x {
+			if v != y[i] {
 				return false, nil
 			}
 		}
 		return true, nil
 	}))
 	kSize = MustRegister(NewGetKernel("psf.Size", rowParamCodec, Int64, func(b *Block, p rowParam) (int64, error) {
-		if _, err := rowsOf(b, p, 1, 0); err != nil {
+		if _, err := peekRows(b, p, 1, 0); err != nil {
 			return 0, err
 		}
 		return int64(b.Partition().Width()), nil
@@ -204,7 +397,7 @@ var (
 		if len(p.Rows) != 1 || len(p.Vals) != 0 {
 			return nil, fmt.Errorf("%w: %d rows and %d values (want 1 and 0)", ErrBadRequest, len(p.Rows), len(p.Vals))
 		}
-		x, err := b.Row(p.Rows[0])
+		x, err := b.peek(p.Rows[0])
 		if err != nil {
 			return nil, err
 		}
@@ -214,33 +407,20 @@ var (
 			if !pm.HasCol(c) {
 				return nil, fmt.Errorf("%w: column %d is not in %s", ErrBadRequest, c, pm)
 			}
-			out[i] = x[c-pm.ColStart]
+			if x != nil {
+				out[i] = x[c-pm.ColStart]
+			}
 		}
 		return out, nil
 	}))
 )
-
-// foldKernel registers a get kernel folding a row with f from init.
-func foldKernel(name string, init float64, f func(m, x float64) float64) *GetKernel[rowParam, float64] {
-	return MustRegister(NewGetKernel(name, rowParamCodec, Float64, func(b *Block, p rowParam) (float64, error) {
-		xs, err := rowsOf(b, p, 1, 0)
-		if err != nil {
-			return 0, err
-		}
-		m := init
-		for _, x := range xs[0] {
-			m = f(m, x)
-		}
-		return m, nil
-	}))
-}
 
 // nrm2Partial returns (scale, ssq) with sum(x^2) = scale^2 * ssq, computed
 // directly when that neither overflows nor underflows, else with LAPACK's
 // scaling. Like math.Hypot, an infinity gives +Inf even with NaNs around,
 // and otherwise a NaN gives NaN.
 func nrm2Partial(xs []float64) (float64, float64) {
-	s := sumOf(xs, square)
+	s := ssqOf(xs)
 	if s > 0x1p-900 && s < 0x1p900 {
 		return 1, s
 	}
@@ -300,6 +480,9 @@ func sumMerge(parts []Part[float64]) (float64, error) {
 	return a.sum(), nil
 }
 
+func maxMerge(a, b float64) float64 { return max(a, b) }
+func minMerge(a, b float64) float64 { return min(a, b) }
+
 func foldMerge(f func(a, b float64) float64) func(parts []Part[float64]) (float64, error) {
 	return func(parts []Part[float64]) (float64, error) {
 		if len(parts) == 0 {
@@ -331,24 +514,27 @@ func Asum(row int) GetFunc[float64] {
 	return rowFunc(kAsum, rowParam{Rows: []int{row}}, sumMerge)
 }
 
-// Max returns the largest value of row (NaN if it holds one).
+// Max returns the largest value of row (NaN if it holds one; +0 is
+// larger than -0).
 func Max(row int) GetFunc[float64] {
-	return rowFunc(kMax, rowParam{Rows: []int{row}}, foldMerge(math.Max))
+	return rowFunc(kMax, rowParam{Rows: []int{row}}, foldMerge(maxMerge))
 }
 
-// Min returns the smallest value of row (NaN if it holds one).
+// Min returns the smallest value of row (NaN if it holds one; -0 is
+// smaller than +0).
 func Min(row int) GetFunc[float64] {
-	return rowFunc(kMin, rowParam{Rows: []int{row}}, foldMerge(math.Min))
+	return rowFunc(kMin, rowParam{Rows: []int{row}}, foldMerge(minMerge))
 }
 
-// Amax returns the largest absolute value of row (0 for a row of zeros).
+// Amax returns the largest absolute value of row (0 for a row of zeros,
+// NaN if it holds one).
 func Amax(row int) GetFunc[float64] {
-	return rowFunc(kAmax, rowParam{Rows: []int{row}}, foldMerge(math.Max))
+	return rowFunc(kAmax, rowParam{Rows: []int{row}}, foldMerge(maxMerge))
 }
 
-// Amin returns the smallest absolute value of row.
+// Amin returns the smallest absolute value of row (NaN if it holds one).
 func Amin(row int) GetFunc[float64] {
-	return rowFunc(kAmin, rowParam{Rows: []int{row}}, foldMerge(math.Min))
+	return rowFunc(kAmin, rowParam{Rows: []int{row}}, foldMerge(minMerge))
 }
 
 // Nnz returns the number of non-zero values of row.

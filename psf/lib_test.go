@@ -328,3 +328,62 @@ func TestRandom(t *testing.T) {
 		t.Error("seed 43 gave the values of seed 42")
 	}
 }
+
+// Sums follow IEEE arithmetic with infinities: an infinity or an overflow
+// gives ±Inf (never NaN, which the compensation term Inf-Inf would give),
+// +Inf and -Inf together or a NaN give NaN; on any number of servers, so
+// that the infinity arrives in the servers' partial sums and in the
+// worker's merge of them.
+func TestAggregatesInf(t *testing.T) {
+	inf, nan := math.Inf(1), math.NaN()
+	rows := [][]float64{
+		{1, inf, 2, 3, 4, 5, 6},
+		{1e308, 1e308, 0, 0, 0, 0, 0},
+		{-1e308, -1e308, -1e308, 1, 0, 0, 0},
+		{1, inf, 2, -inf, 4, 5, 6},
+		{1, 2, 3, 4, nan, 5, 6},
+		{1, 2, 3, 4, 5, 6, inf},
+		{2, 2, 2, 2, 2, 2, 2},
+	}
+	type want struct{ sum, asum, nrm2, max, min, amax, amin float64 }
+	wants := []want{
+		{inf, inf, inf, inf, 1, inf, 1},
+		{inf, inf, math.Sqrt2 * 1e308, 1e308, 0, 1e308, 0},
+		{-inf, inf, math.Sqrt(3) * 1e308, 1, -1e308, 1e308, 0},
+		{nan, inf, inf, inf, -inf, inf, 1},
+		{nan, nan, nan, nan, nan, nan, nan},
+		{inf, inf, inf, inf, 1, inf, 1},
+		{14, 14, math.Sqrt(28), 2, 2, 2, 2},
+	}
+	// Dot of row i with the last row (all 2): 2*Sum.
+	for _, servers := range []int{1, 3, 5} {
+		t.Run(fmt.Sprintf("%dservers", servers), func(t *testing.T) {
+			j := newJob(t, servers, 1, testcluster.Options{Mem: true, Quiet: true})
+			ctx := ctxT(t)
+			for li, meta := range []psf.MatrixMeta{
+				{Rows: len(rows), Cols: 7},
+				{Rows: len(rows), Cols: 7, ColBlock: 1},
+			} {
+				meta.Name = fmt.Sprintf("inf%d", li)
+				m, err := j.clients[0].CreateMatrix(ctx, meta)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := m.UpdateRows(ctx, []int{0, 1, 2, 3, 4, 5, 6}, rows); err != nil {
+					t.Fatal(err)
+				}
+				for r, w := range wants {
+					name := func(f string) string { return fmt.Sprintf("layout %d: %s(%v)", li, f, rows[r]) }
+					checkClose(t, name("Sum"), get0(t, ctx, m, psf.Sum(r)), w.sum)
+					checkClose(t, name("Asum"), get0(t, ctx, m, psf.Asum(r)), w.asum)
+					checkClose(t, name("Nrm2"), get0(t, ctx, m, psf.Nrm2(r)), w.nrm2)
+					checkClose(t, name("Max"), get0(t, ctx, m, psf.Max(r)), w.max)
+					checkClose(t, name("Min"), get0(t, ctx, m, psf.Min(r)), w.min)
+					checkClose(t, name("Amax"), get0(t, ctx, m, psf.Amax(r)), w.amax)
+					checkClose(t, name("Amin"), get0(t, ctx, m, psf.Amin(r)), w.amin)
+					checkClose(t, name("Dot"), get0(t, ctx, m, psf.Dot(r, 6)), 2*w.sum)
+				}
+			}
+		})
+	}
+}

@@ -5,15 +5,47 @@ import (
 	"math"
 )
 
+// ioRows returns, after checking the shape (nIn+1 rows, nScalars
+// scalars) and that every row is reachable, the values of p's first nIn
+// rows for reading (zeros that are not stored for rows never written) and
+// the storage of the last row, which the kernel writes (allocated if
+// never written).
+func ioRows(b *Block, p rowParam, nIn, nScalars int) ([][]float64, []float64, error) {
+	if _, err := peekRows(b, p, nIn+1, nScalars); err != nil {
+		return nil, nil, err
+	}
+	in := make([][]float64, nIn)
+	for i, r := range p.Rows[:nIn] {
+		x, err := b.input(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		in[i] = x
+	}
+	out, err := b.Row(p.Rows[nIn])
+	return in, out, err
+}
+
 // unaryKernel registers an update kernel computing row to = f(row from),
 // element by element, with nScalars scalars s passed to f.
 func unaryKernel(name string, nScalars int, f func(x float64, s []float64) float64) *UpdateKernel[rowParam] {
-	return MustRegister(NewUpdateKernel(name, rowParamCodec, func(b *Block, p rowParam) error {
-		xs, err := rowsOf(b, p, 2, nScalars)
+	return MustRegister(newLibUpdateKernel(name, rowParamCodec, func(b *Block, p rowParam) error {
+		xs, err := peekRows(b, p, 2, nScalars)
 		if err != nil {
 			return err
 		}
-		x, y := xs[0], xs[1]
+		x := xs[0]
+		y, err := b.Row(p.Rows[1])
+		if err != nil {
+			return err
+		}
+		if x == nil { // from was never written: f(0) everywhere
+			v := f(0, p.Scalars)
+			for i := range y {
+				y[i] = v
+			}
+			return nil
+		}
 		for i, v := range x {
 			y[i] = f(v, p.Scalars)
 		}
@@ -23,12 +55,12 @@ func unaryKernel(name string, nScalars int, f func(x float64, s []float64) float
 
 // binaryKernel registers an update kernel computing row to = f(a, b).
 func binaryKernel(name string, f func(x, y float64) float64) *UpdateKernel[rowParam] {
-	return MustRegister(NewUpdateKernel(name, rowParamCodec, func(b *Block, p rowParam) error {
-		xs, err := rowsOf(b, p, 3, 0)
+	return MustRegister(newLibUpdateKernel(name, rowParamCodec, func(b *Block, p rowParam) error {
+		in, z, err := ioRows(b, p, 2, 0)
 		if err != nil {
 			return err
 		}
-		x, y, z := xs[0], xs[1], xs[2]
+		x, y := in[0], in[1]
 		for i := range z {
 			z[i] = f(x[i], y[i])
 		}
@@ -73,40 +105,53 @@ var (
 	kMaxV = binaryKernel("psf.MaxV", math.Max)
 	kMinV = binaryKernel("psf.MinV", math.Min)
 
-	kAxpy = MustRegister(NewUpdateKernel("psf.Axpy", rowParamCodec, func(b *Block, p rowParam) error {
-		xs, err := rowsOf(b, p, 2, 1)
+	kAxpy = MustRegister(newLibUpdateKernel("psf.Axpy", rowParamCodec, func(b *Block, p rowParam) error {
+		in, y, err := ioRows(b, p, 1, 1)
 		if err != nil {
 			return err
 		}
-		a, x, y := p.Scalars[0], xs[0], xs[1]
+		a, x := p.Scalars[0], in[0]
 		for i, v := range x {
 			y[i] += a * v
 		}
 		return nil
 	}))
-	kScale = MustRegister(NewUpdateKernel("psf.Scale", rowParamCodec, func(b *Block, p rowParam) error {
-		xs, err := rowsOf(b, p, 1, 1)
+	kScale = MustRegister(newLibUpdateKernel("psf.Scale", rowParamCodec, func(b *Block, p rowParam) error {
+		xs, err := peekRows(b, p, 1, 1)
 		if err != nil {
 			return err
 		}
-		a, x := p.Scalars[0], xs[0]
+		a := p.Scalars[0]
+		if xs[0] == nil && a >= 0 && !math.Signbit(a) && !math.IsInf(a, 1) {
+			return nil // zeros times a finite a >= +0 stay +0
+		}
+		x, err := b.Row(p.Rows[0])
+		if err != nil {
+			return err
+		}
 		for i := range x {
 			x[i] *= a
 		}
 		return nil
 	}))
-	kFill = MustRegister(NewUpdateKernel("psf.Fill", rowParamCodec, func(b *Block, p rowParam) error {
-		xs, err := rowsOf(b, p, 1, 1)
+	kFill = MustRegister(newLibUpdateKernel("psf.Fill", rowParamCodec, func(b *Block, p rowParam) error {
+		if _, err := peekRows(b, p, 1, 1); err != nil {
+			return err
+		}
+		v := p.Scalars[0]
+		if math.Float64bits(v) == 0 { // +0: the row becomes one never written
+			return b.clearRow(p.Rows[0])
+		}
+		x, err := b.Row(p.Rows[0])
 		if err != nil {
 			return err
 		}
-		v, x := p.Scalars[0], xs[0]
 		for i := range x {
 			x[i] = v
 		}
 		return nil
 	}))
-	kUniform = MustRegister(NewUpdateKernel("psf.RandomUniform", rowParamCodec, func(b *Block, p rowParam) error {
+	kUniform = MustRegister(newLibUpdateKernel("psf.RandomUniform", rowParamCodec, func(b *Block, p rowParam) error {
 		xs, err := rowsOf(b, p, 1, 2)
 		if err != nil {
 			return err
@@ -117,7 +162,7 @@ var (
 		}
 		return nil
 	}))
-	kNormal = MustRegister(NewUpdateKernel("psf.RandomNormal", rowParamCodec, func(b *Block, p rowParam) error {
+	kNormal = MustRegister(newLibUpdateKernel("psf.RandomNormal", rowParamCodec, func(b *Block, p rowParam) error {
 		xs, err := rowsOf(b, p, 1, 2)
 		if err != nil {
 			return err
@@ -138,7 +183,7 @@ var (
 // arrayKernel registers an update kernel setting y = f(y, v) for values v
 // sent by the worker, either for whole rows or at given columns.
 func arrayKernel(name string, f func(y, v float64) float64) *UpdateKernel[arrayParam] {
-	return MustRegister(NewUpdateKernel(name, arrayParamCodec, func(b *Block, p arrayParam) error {
+	return MustRegister(newLibUpdateKernel(name, arrayParamCodec, func(b *Block, p arrayParam) error {
 		pm := b.Partition()
 		w := pm.Width()
 		if len(p.Cols) > 0 {

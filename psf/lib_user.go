@@ -19,19 +19,35 @@ func elemCodec[P any](c Codec[P]) Codec[elemParam[P]] {
 }
 
 // elemKernel registers nothing: it builds the update kernel of an
-// element-wise function of n input rows.
+// element-wise function of n input rows. The user's function may panic
+// half-way through the output row: the kernel saves that row first
+// (guardOutput), and the server puts it back then.
 func elemKernel[P any](name string, c Codec[P], n int, loop func(p P, c0 int64, in [][]float64, out []float64)) *UpdateKernel[elemParam[P]] {
-	return NewUpdateKernel(name, elemCodec(c), func(b *Block, p elemParam[P]) error {
+	k := NewUpdateKernel(name, elemCodec(c), func(b *Block, p elemParam[P]) error {
 		if len(p.Rows) != n+1 {
 			return fmt.Errorf("%w: %d rows (want %d)", ErrBadRequest, len(p.Rows), n+1)
 		}
-		xs, err := b.Rows(p.Rows...)
+		in := make([][]float64, n)
+		for i, r := range p.Rows[:n] {
+			x, err := b.input(r)
+			if err != nil {
+				return err
+			}
+			in[i] = x
+		}
+		to := p.Rows[n]
+		if err := b.protect(to); err != nil {
+			return err
+		}
+		out, err := b.Row(to)
 		if err != nil {
 			return err
 		}
-		loop(p.Params, b.Partition().ColStart, xs[:n], xs[n])
+		loop(p.Params, b.Partition().ColStart, in, out)
 		return nil
 	})
+	k.g = guardOutput
+	return k
 }
 
 // MapKernel is the server half of a Map function: a named function applied

@@ -196,7 +196,7 @@ func FuzzKernels(f *testing.F) {
 	f.Fuzz(func(t *testing.T, which uint8, param []byte) {
 		m := newServerMatrix(meta, 0)
 		k := kernels[int(which)%len(kernels)]
-		b := &Block{m: m, part: m.parts[0]}
+		b := &Block{m: m, part: m.parts[0], write: k.update()}
 		_ = k.serve(b, param, NewEncoder(nil))
 	})
 }

@@ -44,6 +44,7 @@ const (
 	opLoad
 	opLoadCommit
 	opLoadAbort
+	opDrop // undo a create: drop the matrix if the create made it
 )
 
 // Response status codes: 0 is success, the rest name the error.
@@ -250,3 +251,8 @@ var storeArgsCodec = NewCodec(func(e *Encoder, a storeArgs) {
 })
 
 var metaCodec = NewCodec(encodeMeta, decodeMeta)
+
+// genCodec encodes the answer to a create and the argument of a drop: the
+// generation of the matrix the create made on that server, 0 if the
+// matrix was there already.
+var genCodec = NewCodec((*Encoder).Uint64, (*Decoder).Uint64)

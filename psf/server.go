@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -57,26 +58,32 @@ type Server struct {
 	opts options
 	log  zerolog.Logger
 
-	mu       sync.Mutex // guards matrices, staged and the data of every matrix
+	mu       sync.Mutex // guards matrices, staged, undo and the data of every matrix
 	matrices map[string]*serverMatrix
 	staged   map[string]*serverMatrix // loaded, waiting for opLoadCommit
+	undo     undoLog                  // of the update kernel running
+	lastGen  uint64                   // the generation of the last matrix created (starts at the clock, so that a restarted server does not reuse one)
 }
 
 // serverMatrix is the part of a matrix one server holds.
 type serverMatrix struct {
 	meta  MatrixMeta
 	parts map[int]*partition // by partition id, only this server's
+	gen   uint64             // set by a create, so that only it can undo itself (opDrop)
 }
 
-// partition holds one partition's values, row by row; a row is allocated
-// on first use (a nil row is all zeros).
+// partition holds one partition's values, row by row: rows[i] is row
+// RowStart+i, nil until first written (a nil row is all zeros), so rows
+// never written take no memory, are read as zeros without being
+// allocated, and are not saved.
 type partition struct {
 	meta PartitionMeta
 	rows [][]float64
 }
 
-func (p *partition) row(r int) []float64 {
-	i := r - p.meta.RowStart
+// row returns the storage of the partition's i-th row, allocating it
+// (zeros) if it was never written.
+func (p *partition) row(i int) []float64 {
 	if p.rows[i] == nil {
 		p.rows[i] = make([]float64, p.meta.Width())
 	}
@@ -128,6 +135,7 @@ func NewHandler(po *postoffice.Postoffice, opts ...Option) *Server {
 		log:      po.Logger(),
 		matrices: make(map[string]*serverMatrix),
 		staged:   make(map[string]*serverMatrix),
+		lastGen:  uint64(time.Now().UnixNano()),
 	}
 }
 
@@ -257,7 +265,7 @@ func splitPayloads(data kv.KVPairs[uint8]) ([][]byte, error) {
 
 // serveFunc runs a function request for the partition key names and
 // returns the response payload, or the error.
-func (s *Server) serveFunc(key uint64, payload []byte) (res []byte, err error) {
+func (s *Server) serveFunc(key uint64, payload []byte) ([]byte, error) {
 	h, err := decodeFuncRequest(payload)
 	if err != nil {
 		return nil, err
@@ -288,17 +296,34 @@ func (s *Server) serveFunc(key uint64, payload []byte) (res []byte, err error) {
 	if part == nil {
 		return nil, fmt.Errorf("%w: matrix %q has no partition %d on server %d", ErrBadRequest, h.matrix, id, rank)
 	}
-	defer func() {
-		if p := recover(); p != nil {
-			s.log.Error().Interface("panic", p).Str("function", h.fn).Bytes("stack", debug.Stack()).Msg("psf: kernel panicked")
-			res, err = nil, fmt.Errorf("function %q panicked: %v", h.fn, p)
-		}
-	}()
+	blk := &Block{m: m, part: part, write: k.update()}
+	if g := k.guard(); k.update() && g != guardNone {
+		s.undo.reset(g == guardAll)
+		blk.undo = &s.undo
+	}
 	out := okResponse(0)
-	if err := k.serve(&Block{m: m, part: part}, h.param, out); err != nil {
+	err = s.runKernel(k, h.fn, blk, h.param, out)
+	if blk.undo != nil {
+		if err != nil {
+			blk.undo.restore()
+		}
+		blk.undo.reset(false)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%s on matrix %q: %w", h.fn, h.matrix, err)
 	}
 	return out.Bytes(), nil
+}
+
+// runKernel runs kernel k (named fn) on blk, answering a panic as an error.
+func (s *Server) runKernel(k Kernel, fn string, blk *Block, param []byte, out *Encoder) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error().Interface("panic", p).Str("function", fn).Bytes("stack", debug.Stack()).Msg("psf: kernel panicked")
+			err = fmt.Errorf("function %q panicked: %v", fn, p)
+		}
+	}()
+	return k.serve(blk, param, out)
 }
 
 // serveSystem runs a matrix operation.
@@ -321,10 +346,28 @@ func (s *Server) serveSystem(payload []byte) ([]byte, error) {
 		if meta.Name != r.matrix {
 			return nil, fmt.Errorf("%w: create %q with a meta named %q", ErrBadRequest, r.matrix, meta.Name)
 		}
-		return nil, s.createLocked(meta)
+		gen, err := s.createLocked(meta)
+		if err != nil {
+			return nil, err
+		}
+		return encode(genCodec, gen)
+	case opDrop:
+		gen, err := decode(genCodec, r.args)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
+		}
+		if m := s.matrices[r.matrix]; m != nil && gen != 0 && m.gen == gen {
+			delete(s.matrices, r.matrix)
+		}
+		return nil, nil
 	case opDelete:
 		delete(s.matrices, r.matrix)
 		delete(s.staged, r.matrix)
+		if s.opts.ckptDir != "" {
+			if err := removeCheckpoints(s.opts.ckptDir, r.matrix); err != nil {
+				return nil, fmt.Errorf("psf: matrix %q dropped on server %d, but removing its checkpoints failed: %w", r.matrix, s.po.MyRank(), err)
+			}
+		}
 		return nil, nil
 	case opLoadCommit:
 		m := s.staged[r.matrix]
@@ -383,22 +426,27 @@ func (s *Server) serveSystem(payload []byte) ([]byte, error) {
 	return nil, fmt.Errorf("%w: unknown operation %d", ErrBadRequest, r.op)
 }
 
-// createLocked creates a matrix, or accepts an identical one.
-func (s *Server) createLocked(meta MatrixMeta) error {
+// createLocked creates a matrix, or accepts an identical one. It returns
+// the new matrix's generation (which opDrop takes to undo the create), or 0
+// if the matrix was there already.
+func (s *Server) createLocked(meta MatrixMeta) (uint64, error) {
 	if err := meta.validate(); err != nil {
-		return fmt.Errorf("%w: %v", ErrBadRequest, err)
+		return 0, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
 	if meta.NumServers != s.po.NumServers() {
-		return fmt.Errorf("%w: matrix %q is laid out for %d servers, the job has %d", ErrBadRequest, meta.Name, meta.NumServers, s.po.NumServers())
+		return 0, fmt.Errorf("%w: matrix %q is laid out for %d servers, the job has %d", ErrBadRequest, meta.Name, meta.NumServers, s.po.NumServers())
 	}
 	if m := s.matrices[meta.Name]; m != nil {
 		if m.meta != meta {
-			return fmt.Errorf("psf: matrix %q exists with another shape or layout (%+v, asked %+v)", meta.Name, m.meta, meta)
+			return 0, fmt.Errorf("psf: matrix %q exists with another shape or layout (%+v, asked %+v)", meta.Name, m.meta, meta)
 		}
-		return nil
+		return 0, nil
 	}
-	s.matrices[meta.Name] = newServerMatrix(meta, s.po.MyRank())
-	return nil
+	m := newServerMatrix(meta, s.po.MyRank())
+	s.lastGen++
+	m.gen = s.lastGen
+	s.matrices[meta.Name] = m
+	return m.gen, nil
 }
 
 // storeDir returns the directory a save, commit or load works in.

@@ -9,23 +9,43 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 )
 
-// On-disk format (version 1). A saved matrix is a directory named after the
+// On-disk format (version 2). A saved matrix is a directory named after the
 // matrix, inside the directory given to Save:
 //
 //	<dir>/<matrix>/meta.json         the matrix and its layout (metaFile)
 //	<dir>/<matrix>/part-<id>.bin     one file per partition, written by its server
 //
-// A part file is a 40-byte header, the values, and a checksum:
+// meta.json has "format": 2 (1 in saves of the first version, whose part
+// files are all "PSFPART1"; the reader takes either, and tells a part
+// file's version by its magic).
 //
-//	"PSFPART1"                       8 bytes, magic and format version
+// A part file is a 40-byte header, the rows that hold values, and a
+// checksum. Version 2, which Save writes:
+//
+//	"PSFPART2"                       8 bytes, magic and format version
 //	rowStart, rowEnd                 int64 little-endian each
 //	colStart, colEnd                 int64 little-endian each
+//	present                          ceil((rowEnd-rowStart)/8) bytes: bit i%8
+//	                                 (least significant first) of byte i/8 is
+//	                                 set if row rowStart+i is stored below;
+//	                                 the bits past the last row are 0
+//	values                           for each row present, in order,
+//	                                 colEnd-colStart float64 little-endian
+//	crc                              uint32 little-endian, CRC-32C of all the above
+//
+// A row not present is all zeros: Save leaves out the rows never written
+// and the rows whose values are all +0, so a sparse matrix saves small,
+// and Load leaves them unallocated. Version 1, which Load still reads, has
+// no presence bytes and every row:
+//
+//	"PSFPART1", rowStart, rowEnd, colStart, colEnd (as above)
 //	values                           (rowEnd-rowStart)*(colEnd-colStart) float64
 //	                                 little-endian, row-major
 //	crc                              uint32 little-endian, CRC-32C of all the above
@@ -41,15 +61,24 @@ import (
 //
 // Checkpoints use the same format: checkpoint id of matrix m is saved in
 // <checkpoint dir>/ckpt-<id>/<m>, and <checkpoint dir>/latest/<m> holds the
-// id of m's last complete checkpoint, in decimal.
+// id of m's last complete checkpoint, in decimal. DeleteMatrix removes
+// both.
 
-const partMagic = "PSFPART1"
+// Magics of the part file versions.
+const (
+	partMagic1 = "PSFPART1"
+	partMagic2 = "PSFPART2"
+)
+
+// metaFormat is the format of the meta.json Save writes; readMeta also
+// takes 1.
+const metaFormat = 2
 
 const partHeaderSize = 8 + 4*8
 
 // metaFile is the JSON in meta.json.
 type metaFile struct {
-	Format     int            `json:"format"` // 1
+	Format     int            `json:"format"` // 2, or 1 for the first version
 	Name       string         `json:"name"`
 	Rows       int            `json:"rows"`
 	Cols       int64          `json:"cols"`
@@ -94,21 +123,35 @@ func savePartitions(dir string, m *serverMatrix) error {
 	return nil
 }
 
+// writePart writes a partition's part file, version 2: the rows that are
+// not all +0.
 func writePart(mdir string, p *partition) error {
+	present := make([]byte, (len(p.rows)+7)/8)
+	for i, row := range p.rows {
+		if row != nil && !allZero(row) {
+			present[i/8] |= 1 << (i % 8)
+		}
+	}
 	return writeAtomic(filepath.Join(mdir, partFileName(p.meta.ID)), func(w io.Writer) error {
 		h := crc32.New(crcTable)
 		bw := bufio.NewWriterSize(io.MultiWriter(w, h), 1<<20)
-		hdr := make([]byte, 0, partHeaderSize)
-		hdr = append(hdr, partMagic...)
+		hdr := make([]byte, 0, partHeaderSize+len(present))
+		hdr = append(hdr, partMagic2...)
 		for _, v := range []int64{int64(p.meta.RowStart), int64(p.meta.RowEnd), p.meta.ColStart, p.meta.ColEnd} {
 			hdr = binary.LittleEndian.AppendUint64(hdr, uint64(v))
 		}
+		hdr = append(hdr, present...)
 		if _, err := bw.Write(hdr); err != nil {
 			return err
 		}
-		buf := make([]byte, 8*p.meta.Width())
-		for _, row := range p.rows {
-			clear(buf)
+		var buf []byte
+		for i, row := range p.rows {
+			if present[i/8]&(1<<(i%8)) == 0 {
+				continue
+			}
+			if buf == nil {
+				buf = make([]byte, 8*p.meta.Width())
+			}
 			for j, x := range row {
 				binary.LittleEndian.PutUint64(buf[8*j:], math.Float64bits(x))
 			}
@@ -122,6 +165,16 @@ func writePart(mdir string, p *partition) error {
 		_, err := w.Write(binary.LittleEndian.AppendUint32(nil, h.Sum32()))
 		return err
 	})
+}
+
+// allZero reports whether every value of x is +0 (a -0 must be kept).
+func allZero(x []float64) bool {
+	for _, v := range x {
+		if math.Float64bits(v) != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // writeAtomic writes a file through a temporary file in the same directory
@@ -150,7 +203,7 @@ func writeAtomic(path string, write func(io.Writer) error) error {
 
 // commitSave is phase two of a save: write meta.json.
 func commitSave(dir string, meta MatrixMeta) error {
-	mf := metaFile{Format: 1, Name: meta.Name, Rows: meta.Rows, Cols: meta.Cols,
+	mf := metaFile{Format: metaFormat, Name: meta.Name, Rows: meta.Rows, Cols: meta.Cols,
 		RowBlock: meta.RowBlock, ColBlock: meta.ColBlock, NumServers: meta.NumServers}
 	for _, p := range meta.Partitions() {
 		mf.Partitions = append(mf.Partitions, metaFilePart{ID: p.ID, File: partFileName(p.ID),
@@ -177,6 +230,35 @@ func writeLatest(root, name string, id int64) error {
 	})
 }
 
+// removeCheckpoints removes matrix name's checkpoints from the checkpoint
+// directory root: first latest/<name>, so that a server restoring the
+// latest checkpoints from then on does not restore it, then every
+// ckpt-<id>/<name>. Other matrices' checkpoints, and the ckpt-<id>
+// directories, stay. Servers sharing root may do it at the same time.
+func removeCheckpoints(root, name string) error {
+	var errs []error
+	if err := os.Remove(filepath.Join(root, "latest", name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	ents, err := os.ReadDir(root)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	for _, e := range ents {
+		id, ok := strings.CutPrefix(e.Name(), "ckpt-")
+		if !ok || !e.IsDir() {
+			continue
+		}
+		if n, err := strconv.ParseInt(id, 10, 64); err != nil || n < 0 {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(root, e.Name(), name)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // readMeta reads and checks dir/name/meta.json.
 func readMeta(dir, name string) (metaFile, error) {
 	var mf metaFile
@@ -187,8 +269,8 @@ func readMeta(dir, name string) (metaFile, error) {
 	if err := json.Unmarshal(b, &mf); err != nil {
 		return mf, fmt.Errorf("psf: loading matrix %q: meta.json: %w", name, err)
 	}
-	if mf.Format != 1 {
-		return mf, fmt.Errorf("psf: loading matrix %q: format %d (want 1)", name, mf.Format)
+	if mf.Format != 1 && mf.Format != metaFormat {
+		return mf, fmt.Errorf("psf: loading matrix %q: format %d (want 1 or %d)", name, mf.Format, metaFormat)
 	}
 	if mf.Name != name {
 		return mf, fmt.Errorf("psf: loading matrix %q: meta.json is for %q", name, mf.Name)
@@ -210,21 +292,22 @@ func readMeta(dir, name string) (metaFile, error) {
 	return mf, nil
 }
 
-// readPart reads and checks a part file.
-func readPart(path string, want metaFilePart) ([]float64, error) {
+// readPart reads and checks a part file of either version and returns its
+// rows, nil for the rows not stored (all zeros).
+func readPart(path string, want metaFilePart) ([][]float64, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	rows, width := int64(want.RowEnd-want.RowStart), want.ColEnd-want.ColStart
-	if int64(len(b)) != partHeaderSize+rows*width*8+4 {
-		return nil, fmt.Errorf("%s: %d bytes, want %d", path, len(b), partHeaderSize+rows*width*8+4)
+	if len(b) < partHeaderSize+4 {
+		return nil, fmt.Errorf("%s: %d bytes, too short for a psf part file", path, len(b))
 	}
 	body, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
 	if crc32.Checksum(body, crcTable) != sum {
 		return nil, fmt.Errorf("%s: checksum mismatch", path)
 	}
-	if string(b[:8]) != partMagic {
+	magic := string(b[:8])
+	if magic != partMagic1 && magic != partMagic2 {
 		return nil, fmt.Errorf("%s: not a psf part file", path)
 	}
 	var hdr [4]int64
@@ -234,11 +317,43 @@ func readPart(path string, want metaFilePart) ([]float64, error) {
 	if hdr != [4]int64{int64(want.RowStart), int64(want.RowEnd), want.ColStart, want.ColEnd} {
 		return nil, fmt.Errorf("%s: holds rows [%d,%d) cols [%d,%d), meta.json says otherwise", path, hdr[0], hdr[1], hdr[2], hdr[3])
 	}
-	vals := make([]float64, rows*width)
-	for i := range vals {
-		vals[i] = math.Float64frombits(binary.LittleEndian.Uint64(body[partHeaderSize+8*i:]))
+	nrows, width := want.RowEnd-want.RowStart, int(want.ColEnd-want.ColStart)
+	data := body[partHeaderSize:]
+	present := func(int) bool { return true }
+	stored := nrows
+	if magic == partMagic2 {
+		n := (nrows + 7) / 8
+		if len(data) < n {
+			return nil, fmt.Errorf("%s: %d bytes, too short for the presence of %d rows", path, len(b), nrows)
+		}
+		bitmap := data[:n]
+		data = data[n:]
+		if nrows%8 != 0 && bitmap[n-1]>>(nrows%8) != 0 {
+			return nil, fmt.Errorf("%s: presence bits set past the last row", path)
+		}
+		stored = 0
+		for _, x := range bitmap {
+			stored += bits.OnesCount8(x)
+		}
+		present = func(i int) bool { return bitmap[i/8]&(1<<(i%8)) != 0 }
 	}
-	return vals, nil
+	if int64(len(data)) != int64(stored)*int64(width)*8 {
+		return nil, fmt.Errorf("%s: %d bytes of values for %d rows of %d columns, want %d", path, len(data), stored, width, int64(stored)*int64(width)*8)
+	}
+	rows := make([][]float64, nrows)
+	var vals []float64
+	if stored > 0 {
+		vals = make([]float64, stored*width)
+	}
+	for i := range vals {
+		vals[i] = math.Float64frombits(binary.LittleEndian.Uint64(data[8*i:]))
+	}
+	for i := range rows {
+		if present(i) {
+			rows[i], vals = vals[:width:width], vals[width:]
+		}
+	}
+	return rows, nil
 }
 
 // readSaved reads matrix name from dir/name into a new server matrix
@@ -270,7 +385,7 @@ func (s *Server) readSaved(dir, name string, want *MatrixMeta) (*serverMatrix, e
 	}
 	m := newServerMatrix(meta, s.po.MyRank())
 	for _, sp := range mf.Partitions {
-		var vals []float64
+		var saved [][]float64
 		for _, p := range m.parts {
 			pm := p.meta
 			r0, r1 := max(pm.RowStart, sp.RowStart), min(pm.RowEnd, sp.RowEnd)
@@ -278,16 +393,21 @@ func (s *Server) readSaved(dir, name string, want *MatrixMeta) (*serverMatrix, e
 			if r0 >= r1 || c0 >= c1 {
 				continue
 			}
-			if vals == nil {
-				if vals, err = readPart(filepath.Join(dir, name, sp.File), sp); err != nil {
+			if saved == nil {
+				if saved, err = readPart(filepath.Join(dir, name, sp.File), sp); err != nil {
 					return nil, fmt.Errorf("psf: loading matrix %q: %w", name, err)
 				}
 			}
-			sw := sp.ColEnd - sp.ColStart
 			for r := r0; r < r1; r++ {
-				row := p.row(r)
-				src := int64(r-sp.RowStart)*sw + (c0 - sp.ColStart)
-				copy(row[c0-pm.ColStart:c1-pm.ColStart], vals[src:src+(c1-c0)])
+				src := saved[r-sp.RowStart]
+				if src == nil {
+					continue // not stored: zeros
+				}
+				src = src[c0-sp.ColStart : c1-sp.ColStart]
+				if allZero(src) {
+					continue // rows of zeros stay unallocated
+				}
+				copy(p.row(r - pm.RowStart)[c0-pm.ColStart:c1-pm.ColStart], src)
 			}
 		}
 	}

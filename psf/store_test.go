@@ -69,7 +69,7 @@ func TestSaveLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal(b, &mf); err != nil || mf.Format != 1 || len(mf.Partitions) != 3*4 {
+	if err := json.Unmarshal(b, &mf); err != nil || mf.Format != 2 || len(mf.Partitions) != 3*4 {
 		t.Fatalf("meta.json: %v %+v\n%s", err, mf, b)
 	}
 	for _, p := range mf.Partitions {
@@ -310,4 +310,73 @@ func TestRestartedServerRestores(t *testing.T) {
 		checkRow(t, "restored row", got[r], want[r])
 	}
 	j.c.Finalize(t)
+}
+
+// A deleted matrix does not come back: DeleteMatrix removes its
+// checkpoints, so a server that restarts and restores the latest
+// checkpoints does not restore it, and it can be created again with
+// another shape.
+func TestDeleteRemovesCheckpoints(t *testing.T) {
+	ctx := ctxT(t)
+	ckpt := t.TempDir()
+	j := newJob(t, 2, 1, testcluster.Options{Mem: true, Quiet: true}, psf.WithCheckpointDir(ckpt))
+	cl := j.clients[0]
+	m, err := cl.CreateMatrix(ctx, psf.MatrixMeta{Name: "del", Rows: 3, Cols: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep, err := cl.CreateMatrix(ctx, psf.MatrixMeta{Name: "keep", Rows: 2, Cols: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := randomModel(3, 10, 41)
+	fill(t, ctx, m, model)
+	fill(t, ctx, keep, model[:2])
+	for id := int64(1); id <= 2; id++ {
+		if err := m.Checkpoint(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := keep.Checkpoint(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.DeleteMatrix(ctx, "del"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"latest/del", "ckpt-1/del", "ckpt-2/del"} {
+		if _, err := os.Stat(filepath.Join(ckpt, p)); !os.IsNotExist(err) {
+			t.Errorf("%s after DeleteMatrix: %v", p, err)
+		}
+	}
+	for _, p := range []string{"latest/keep", "ckpt-2/keep/meta.json"} {
+		if _, err := os.Stat(filepath.Join(ckpt, p)); err != nil {
+			t.Errorf("another matrix's checkpoint: %v", err)
+		}
+	}
+	// Server 1 restarts and restores the latest checkpoints.
+	j.servers[1].Close()
+	s, err := psf.NewServer(j.c.Servers[1], psf.WithCheckpointDir(ckpt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.servers[1] = s
+	if err := s.RestoreLatest(); err != nil {
+		t.Fatal(err)
+	}
+	for _, meta := range s.Matrices() {
+		if meta.Name == "del" {
+			t.Errorf("the restarted server restored the deleted matrix: %+v", meta)
+		}
+	}
+	if _, err := cl.CreateMatrix(ctx, psf.MatrixMeta{Name: "del", Rows: 5, Cols: 7}); err != nil {
+		t.Errorf("creating the deleted matrix again with another shape: %v", err)
+	}
+	// Deleting a matrix that has no checkpoint, or does not exist, is fine.
+	if err := cl.DeleteMatrix(ctx, "del"); err != nil {
+		t.Error(err)
+	}
+	if err := cl.DeleteMatrix(ctx, "never"); err != nil {
+		t.Error(err)
+	}
+	checkAll(t, ctx, keep, model[:2])
 }

@@ -1,0 +1,39 @@
+package psf
+
+import "context"
+
+// AllocatedRows returns the number of row segments (a row in one partition)
+// of matrix name that server s holds in memory: rows never written are not
+// allocated.
+func AllocatedRows(s *Server, name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.matrices[name]
+	if m == nil {
+		return 0
+	}
+	n := 0
+	for _, p := range m.parts {
+		for _, r := range p.rows {
+			if r != nil {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// CreateOn creates a matrix on some servers only, as an interrupted or
+// conflicting create may leave it.
+func CreateOn(ctx context.Context, c *Client, meta MatrixMeta, servers ...int) error {
+	meta, err := meta.withDefaults(c.po.NumServers())
+	if err != nil {
+		return err
+	}
+	args, err := encode(metaCodec, meta)
+	if err != nil {
+		return err
+	}
+	_, err = c.sys(opCreate, meta.Name, args, servers).Wait(ctx)
+	return err
+}
