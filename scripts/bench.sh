@@ -1,9 +1,22 @@
 #!/usr/bin/env bash
 # Runs the benchmark suite and writes docs/PERFORMANCE.md: psbench in 1x1
 # and 2x2 jobs with 1e6 and 1e7 keys (bulk), plus latency, windowed rate and
-# memory growth, and, when PSLITE_CPP_BUILD is set, C++ ps-lite's
-# test_kv_app_benchmark next to ours. Expects the programs in build/ (make
-# build).
+# memory growth. Expects the programs in build/ (make build).
+#
+# With PSLITE_CPP_BUILD naming a C++ ps-lite build, it also builds
+# bench/cpp/psbench.cc (our benchmark written against ps-lite's public API)
+# into build/cpp-psbench and runs it alternately with ours, round after
+# round, in the same job shapes; and runs C++ ps-lite's test_kv_app_benchmark
+# next to ours, and a C++ worker of it against our scheduler and server.
+# PSLITE_CPP_BUILD may be:
+#   - a checkout built with its Makefile: include/ps/ps.h, build/libps.a,
+#     tests/test_kv_app_benchmark (deps/include and deps/lib are used when
+#     present, as its Makefile puts protobuf and ZeroMQ there);
+#   - a CMake build directory: libpslite.a, tests/kv_app_benchmark_test
+#     (or test_kv_app_benchmark), with the headers in the checkout above it
+#     (../include), or given as PSLITE_CPP_INCLUDE.
+# PSLITE_CPP_INCLUDE and PSLITE_CPP_LIB override the header directory and
+# the library. BENCH_ROUNDS sets the rounds (default 3 with C++, else 1).
 #
 #   usage: scripts/bench.sh [OUT]     (default OUT: docs/PERFORMANCE.md)
 set -euo pipefail
@@ -12,32 +25,8 @@ out=${1:-docs/PERFORMANCE.md}
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
 export PS_LOCAL_TIMEOUT=${PS_LOCAL_TIMEOUT:-600}
-run() { # servers workers args...
-  local s=$1 w=$2
-  shift 2
-  echo "== psbench ${s}x${w} $*" >&2
-  scripts/local.sh "$s" "$w" build/psbench -label="" "$@" | tee -a "$results" | grep -v '^RESULT' >&2
-}
-for layout in "1 1" "2 2"; do
-  run $layout -mode=bulk -n=1000000 -repeat=5
-  run $layout -mode=bulk -n=10000000 -repeat=3
-  run $layout -mode=latency,window -iters=2000 -requests=100000
-done
-run 1 1 -mode=memory -mem-requests=1000000
+say() { echo "bench.sh: $*" >&2; }
 
-# With PSLITE_CPP_BUILD naming a C++ ps-lite build (a checkout built with its
-# Makefile, or a CMake build directory; see README), its test_kv_app_benchmark runs
-# next to ours, alternately, in the same 1x1 job shape: push and pull of
-# 10,000,000 keys to servers that store nothing.
-kv_benchmark() { # label binary
-  local log
-  log=$(DMLC_NODE_HOST=127.0.0.1 scripts/local.sh 1 1 "$2" 2>&1) || { echo "$log" >&2; return 1; }
-  for op in Push Pull; do
-    v=$(echo "$log" | grep -o "$op average time cost: [0-9.]*" | grep -o '[0-9.]*$')
-    printf 'RESULT {"name":"kv_app_benchmark_%s","label":"%s","servers":1,"workers":1,"keys":10000000,"value":%s,"unit":"ms"}\n' \
-      "${op,,}" "$1" "$v" >>"$results"
-  done
-}
 # cpp_program DIR NAME finds C++ ps-lite's test program NAME in either
 # upstream build layout: its Makefile's tests/test_x (DIR the checkout or its
 # tests/) or CMake's tests/x_test (DIR the build directory or its tests/).
@@ -48,15 +37,98 @@ cpp_program() {
       if [ -x "$1/$sub$n" ] && [ ! -d "$1/$sub$n" ]; then echo "$1/$sub$n"; return 0; fi
     done
   done
-  echo "bench.sh: no $2 (or ${2#test_}_test) in $1 or $1/tests" >&2
+  say "no $2 (or ${2#test_}_test) in $1 or $1/tests"
   return 1
 }
+
+# build_cpp_psbench compiles bench/cpp/psbench.cc against PSLITE_CPP_BUILD
+# into build/cpp-psbench; it fails saying what it could not find.
+build_cpp_psbench() {
+  local d=$PSLITE_CPP_BUILD inc=${PSLITE_CPP_INCLUDE:-} lib=${PSLITE_CPP_LIB:-} c
+  if [ -z "$inc" ]; then
+    for c in "$d/include" "$d/../include"; do
+      if [ -f "$c/ps/ps.h" ]; then inc=$c; break; fi
+    done
+  fi
+  if [ -z "$lib" ]; then
+    for c in "$d/build/libps.a" "$d/libps.a" "$d/libpslite.a"; do
+      if [ -f "$c" ]; then lib=$c; break; fi
+    done
+  fi
+  [ -n "$inc" ] || { say "no ps/ps.h in $d/include or $d/../include; set PSLITE_CPP_INCLUDE"; return 1; }
+  [ -n "$lib" ] || { say "no build/libps.a or libpslite.a in $d; set PSLITE_CPP_LIB"; return 1; }
+  local flags=(-std=c++14 -O2 -pthread -isystem "$inc")
+  local libs=("$lib" -lzmq -lprotobuf -lpthread)
+  if [ -d "$d/deps/include" ]; then flags+=(-isystem "$d/deps/include"); fi
+  if [ -d "$d/deps/lib" ]; then libs=("$lib" -L"$d/deps/lib" -lzmq -lprotobuf -lpthread); fi
+  say "building build/cpp-psbench against $inc and $lib"
+  ${CXX:-g++} "${flags[@]}" bench/cpp/psbench.cc "${libs[@]}" -o build/cpp-psbench
+}
+
+cpp=""
 if [ -n "${PSLITE_CPP_BUILD:-}" ]; then
-  cpp_bench=$(cpp_program "$PSLITE_CPP_BUILD" test_kv_app_benchmark) || exit 1
-  echo "== test_kv_app_benchmark: C++ ps-lite ($cpp_bench) and ours" >&2
-  for i in 1 2 3; do
-    kv_benchmark "C++ ps-lite" "$cpp_bench"
+  build_cpp_psbench || exit 1
+  cpp_kvbench=$(cpp_program "$PSLITE_CPP_BUILD" test_kv_app_benchmark) || exit 1
+  cpp=build/cpp-psbench
+fi
+rounds=${BENCH_ROUNDS:-$([ -n "$cpp" ] && echo 3 || echo 1)}
+
+run() { # program servers workers args...
+  local p=$1 s=$2 w=$3
+  shift 3
+  echo "== ${p##*/} ${s}x${w} $*" >&2
+  DMLC_NODE_HOST=127.0.0.1 scripts/local.sh "$s" "$w" "$p" "$@" | tee -a "$results" | grep -v '^RESULT' >&2
+}
+# both runs ours, then C++ ps-lite's (when built), with the same arguments.
+both() { # servers workers args...
+  run build/psbench "$@" -label=""
+  if [ -n "$cpp" ]; then run "$cpp" "$@" -label="C++ ps-lite"; fi
+}
+for ((round = 1; round <= rounds; round++)); do
+  for layout in "1 1" "2 2"; do
+    both $layout -mode=bulk -n=1000000 -repeat=5
+    both $layout -mode=bulk -n=10000000 -repeat=3
+    both $layout -mode=latency,window -iters=2000 -requests=100000
+  done
+done
+run build/psbench 1 1 -mode=memory -mem-requests=1000000
+
+# C++ ps-lite's test_kv_app_benchmark next to ours, alternately, in the same
+# 1x1 job shape (push and pull of 10,000,000 keys to servers that store
+# nothing), and a C++ worker of it against our scheduler and server.
+kv_record() { # label log
+  local op v
+  for op in Push Pull; do
+    v=$(echo "$2" | grep -o "$op average time cost: [0-9.]*" | grep -o '[0-9.]*$')
+    printf 'RESULT {"name":"kv_app_benchmark_%s","label":"%s","servers":1,"workers":1,"keys":10000000,"value":%s,"unit":"ms"}\n' \
+      "${op,,}" "$1" "$v" >>"$results"
+  done
+}
+kv_benchmark() { # label binary
+  local log
+  log=$(DMLC_NODE_HOST=127.0.0.1 scripts/local.sh 1 1 "$2" 2>&1) || { echo "$log" >&2; return 1; }
+  kv_record "$1" "$log"
+}
+# kv_mixed runs our scheduler and server with a C++ worker.
+kv_mixed() { # cpp-binary
+  local port log pids=()
+  port=$((20000 + RANDOM % 20000))
+  export DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=1 DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$port DMLC_NODE_HOST=127.0.0.1
+  DMLC_ROLE=scheduler build/test_kv_app_benchmark >/dev/null 2>&1 &
+  pids+=($!)
+  DMLC_ROLE=server build/test_kv_app_benchmark >/dev/null 2>&1 &
+  pids+=($!)
+  log=$(DMLC_ROLE=worker timeout "$PS_LOCAL_TIMEOUT" "$1" 2>&1) || { echo "$log" >&2; kill "${pids[@]}" 2>/dev/null; return 1; }
+  wait "${pids[@]}"
+  unset DMLC_NUM_SERVER DMLC_NUM_WORKER DMLC_PS_ROOT_URI DMLC_PS_ROOT_PORT DMLC_NODE_HOST
+  kv_record "C++ worker, our servers" "$log"
+}
+if [ -n "$cpp" ]; then
+  echo "== test_kv_app_benchmark: C++ ps-lite ($cpp_kvbench), ours, and a C++ worker with our servers" >&2
+  for ((round = 1; round <= rounds; round++)); do
+    kv_benchmark "C++ ps-lite" "$cpp_kvbench"
     kv_benchmark "ours" build/test_kv_app_benchmark
+    kv_mixed "$cpp_kvbench"
   done
 fi
 mkdir -p "$(dirname "$out")"
