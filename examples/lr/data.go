@@ -3,29 +3,137 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
+	"unsafe"
 )
 
-// maxFeatureID bounds feature ids, and maxModelKeys a model's features ×
-// outputs: workers and servers keep arrays indexed by them, so one stray
-// huge id in a file must be an error rather than gigabytes of memory.
+// Feature ids. Without hashing an id is an integer 1..maxFeatureID; with
+// -hash-bits=b every id (a number or any other string) is hashed to
+// 1..2^b-1. Id 0 is the bias. Nothing is allocated per possible id: a
+// process numbers the ids its data holds (Vocab) and the servers keep the
+// keys that are pushed, so a large id costs no more than a small one.
 const (
-	maxFeatureID = 1<<26 - 1
-	maxModelKeys = 1 << 26
+	maxFeatureID = 1<<44 - 1
+	maxHashBits  = 40
 )
 
-// Dataset holds examples in compressed sparse rows. Row i has the features
-// Idx[Start[i]:Start[i+1]] (ascending ids) with values Val[...] and the raw
-// label Label[i]. Feature ids are the file's (1-based); id 0 is the bias,
-// which AddBias puts at the front of every row.
+// maxLabel bounds class numbers, so that every label is exact in a float32
+// and a stray huge label cannot ask for millions of classes.
+const maxLabel = 1 << 16
+
+// Vocab numbers the feature ids a process has seen 0..n-1 (its local
+// indices); the data sets of a process share one. After Sort the local order
+// is the order of the ids, so that a sorted list of local indices maps to a
+// sorted list of keys.
+type Vocab struct {
+	// IDs holds the feature id of each local index.
+	IDs    []uint64
+	dense  []int32 // id -> local index + 1, for ids below denseIDs (0: not seen)
+	sparse map[uint64]int32
+}
+
+// denseIDs bounds the ids a Vocab looks up in a slice rather than a map.
+const denseIDs = 1 << 20
+
+// NewVocab returns an empty vocabulary.
+func NewVocab() *Vocab { return &Vocab{sparse: make(map[uint64]int32)} }
+
+// Len returns the number of ids seen.
+func (v *Vocab) Len() int { return len(v.IDs) }
+
+// index returns id's local index, adding id when it is new.
+func (v *Vocab) index(id uint64) int32 {
+	if id < denseIDs {
+		if id < uint64(len(v.dense)) {
+			if p := v.dense[id]; p > 0 {
+				return p - 1
+			}
+		} else {
+			n := min(max(int(id)+1, 2*len(v.dense)), denseIDs)
+			v.dense = append(v.dense, make([]int32, n-len(v.dense))...)
+		}
+		p := int32(len(v.IDs))
+		v.IDs = append(v.IDs, id)
+		v.dense[id] = p + 1
+		return p
+	}
+	if p, ok := v.sparse[id]; ok {
+		return p
+	}
+	p := int32(len(v.IDs))
+	v.IDs = append(v.IDs, id)
+	v.sparse[id] = p
+	return p
+}
+
+// Lookup returns id's local index, or -1.
+func (v *Vocab) Lookup(id uint64) int32 {
+	if id < uint64(len(v.dense)) {
+		return v.dense[id] - 1
+	}
+	if p, ok := v.sparse[id]; ok {
+		return p
+	}
+	return -1
+}
+
+// Sort renumbers the local indices in ascending order of the ids and
+// rewrites the rows of sets, which must be every data set using v.
+func (v *Vocab) Sort(sets ...*Dataset) {
+	if slices.IsSorted(v.IDs) {
+		return
+	}
+	order := make([]int32, len(v.IDs)) // new index -> old index
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int {
+		x, y := v.IDs[a], v.IDs[b]
+		switch {
+		case x < y:
+			return -1
+		case x > y:
+			return 1
+		}
+		return 0
+	})
+	remap := make([]int32, len(order)) // old -> new
+	ids := make([]uint64, len(order))
+	for n, o := range order {
+		remap[o] = int32(n)
+		ids[n] = v.IDs[o]
+	}
+	v.IDs = ids
+	for id, p := range v.dense {
+		if p > 0 {
+			v.dense[id] = remap[p-1] + 1
+		}
+	}
+	for id, p := range v.sparse {
+		v.sparse[id] = remap[p]
+	}
+	for _, d := range sets {
+		if d == nil {
+			continue
+		}
+		for i, f := range d.Idx {
+			d.Idx[i] = remap[f]
+		}
+	}
+}
+
+// Dataset holds examples in compressed sparse rows over the local indices of
+// a Vocab: row i has the features Idx[Start[i]:Start[i+1]] with values
+// Val[...] (Val is nil when every value is 1, as in binary data) and the raw
+// label Label[i]. The bias is not stored: the model adds it to every row.
 type Dataset struct {
 	Start []int
 	Idx   []int32
@@ -33,77 +141,76 @@ type Dataset struct {
 	Label []float64
 	// Class holds each row's class index, set by Labels.Assign.
 	Class []int32
-	// MaxFeature is the largest feature id in the rows.
-	MaxFeature int32
+	// Vocab maps Idx to feature ids.
+	Vocab *Vocab
 }
 
 // Len returns the number of rows.
 func (d *Dataset) Len() int { return len(d.Label) }
 
-// Row returns row i's feature ids and values.
+// Row returns row i's local feature indices and values (nil: all 1).
 func (d *Dataset) Row(i int) ([]int32, []float32) {
-	return d.Idx[d.Start[i]:d.Start[i+1]], d.Val[d.Start[i]:d.Start[i+1]]
+	lo, hi := d.Start[i], d.Start[i+1]
+	if d.Val == nil {
+		return d.Idx[lo:hi], nil
+	}
+	return d.Idx[lo:hi], d.Val[lo:hi]
 }
 
 // NNZ returns the number of stored features.
 func (d *Dataset) NNZ() int { return len(d.Idx) }
 
-func newDataset() *Dataset { return &Dataset{Start: []int{0}} }
+func newDataset(v *Vocab) *Dataset { return &Dataset{Start: []int{0}, Vocab: v} }
 
-// appendRow adds a row; ids must be ascending.
+// appendRow adds a row of local indices; val nil means all values are 1.
 func (d *Dataset) appendRow(label float64, idx []int32, val []float32) {
+	if val != nil && d.Val == nil {
+		d.Val = make([]float32, len(d.Idx), cap(d.Idx))
+		for i := range d.Val {
+			d.Val[i] = 1
+		}
+	}
 	d.Idx = append(d.Idx, idx...)
-	d.Val = append(d.Val, val...)
+	if d.Val != nil {
+		if val == nil {
+			for range idx {
+				d.Val = append(d.Val, 1)
+			}
+		} else {
+			d.Val = append(d.Val, val...)
+		}
+	}
 	d.Start = append(d.Start, len(d.Idx))
 	d.Label = append(d.Label, label)
-	if n := len(idx); n > 0 && idx[n-1] > d.MaxFeature {
-		d.MaxFeature = idx[n-1]
-	}
 }
 
-// Subset returns a new dataset holding the given rows, in that order.
+// Subset returns a new dataset (sharing the Vocab) holding the given rows,
+// in that order.
 func (d *Dataset) Subset(rows []int) *Dataset {
-	s := newDataset()
+	s := newDataset(d.Vocab)
 	nnz := 0
 	for _, r := range rows {
 		nnz += d.Start[r+1] - d.Start[r]
 	}
 	s.Idx = make([]int32, 0, nnz)
-	s.Val = make([]float32, 0, nnz)
+	if d.Val != nil {
+		s.Val = make([]float32, 0, nnz)
+	}
 	s.Start = make([]int, 1, len(rows)+1)
 	s.Label = make([]float64, 0, len(rows))
 	for _, r := range rows {
 		idx, val := d.Row(r)
-		s.appendRow(d.Label[r], idx, val)
+		s.Idx = append(s.Idx, idx...)
+		if d.Val != nil {
+			s.Val = append(s.Val, val...)
+		}
+		s.Start = append(s.Start, len(s.Idx))
+		s.Label = append(s.Label, d.Label[r])
 		if d.Class != nil {
 			s.Class = append(s.Class, d.Class[r])
 		}
 	}
 	return s
-}
-
-// Head returns the first n rows (all of them when n <= 0 or n >= Len).
-func (d *Dataset) Head(n int) *Dataset {
-	if n <= 0 || n >= d.Len() {
-		return d
-	}
-	return d.Subset(seq(0, n))
-}
-
-// AddBias puts feature 0 with value v at the front of every row. Rows must
-// not already hold feature 0.
-func (d *Dataset) AddBias(v float32) {
-	n := d.Len()
-	idx := make([]int32, 0, len(d.Idx)+n)
-	val := make([]float32, 0, len(d.Val)+n)
-	start := make([]int, 1, n+1)
-	for i := 0; i < n; i++ {
-		ri, rv := d.Row(i)
-		idx = append(append(idx, 0), ri...)
-		val = append(append(val, v), rv...)
-		start = append(start, len(idx))
-	}
-	d.Idx, d.Val, d.Start = idx, val, start
 }
 
 // seq returns lo, lo+1, ..., hi-1.
@@ -123,15 +230,6 @@ func Permutation(n int, seed uint64) []int {
 	return p
 }
 
-// Shard returns worker rank's contiguous part of rows, split into parts of
-// nearly equal size (the first len(rows)%workers parts hold one more).
-func Shard(rows []int, rank, workers int) []int {
-	n := len(rows)
-	lo := rank * n / workers
-	hi := (rank + 1) * n / workers
-	return rows[lo:hi]
-}
-
 // ParseError is a malformed line of a LIBSVM file.
 type ParseError struct {
 	Name string // file name, may be empty
@@ -147,91 +245,313 @@ func (e *ParseError) Error() string {
 	return fmt.Sprintf("line %d: %s", e.Line, e.Msg)
 }
 
-// ReadLIBSVM parses LIBSVM text: one example per line, "label id:value
-// id:value ...", ids 1-based and strictly ascending. Blank lines and lines
-// starting with '#' are skipped, as is anything after a '#'. name is used in
-// error messages only. A malformed line yields a *ParseError with its number.
-func ReadLIBSVM(r io.Reader, name string) (*Dataset, error) {
-	d := newDataset()
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 64*1024*1024)
-	var idx []int32
-	var val []float32
-	line := 0
-	for sc.Scan() {
-		line++
-		text := sc.Bytes()
-		if i := bytes.IndexByte(text, '#'); i >= 0 {
-			text = text[:i]
-		}
-		fields := strings.Fields(string(text))
-		if len(fields) == 0 {
-			continue
-		}
-		fail := func(format string, args ...any) error {
-			return &ParseError{Name: name, Line: line, Msg: fmt.Sprintf(format, args...)}
-		}
-		label, err := strconv.ParseFloat(fields[0], 64)
-		if err != nil || math.IsNaN(label) || math.IsInf(label, 0) {
-			return nil, fail("bad label %q", fields[0])
-		}
-		idx, val = idx[:0], val[:0]
-		prev := int64(0) // the last id parsed, kept or not (zero values are not)
-		for _, f := range fields[1:] {
-			colon := strings.IndexByte(f, ':')
-			if colon < 0 {
-				return nil, fail("feature %q is not id:value", f)
-			}
-			id, err := strconv.ParseInt(f[:colon], 10, 32)
-			if err != nil {
-				return nil, fail("bad feature id in %q", f)
-			}
-			if id < 1 {
-				return nil, fail("feature id %d in %q: ids start at 1", id, f)
-			}
-			if id > maxFeatureID {
-				return nil, fail("feature id %d is above %d: number the features densely", id, maxFeatureID)
-			}
-			if id <= prev {
-				return nil, fail("feature id %d is not above the previous one (%d)", id, prev)
-			}
-			prev = id
-			v, err := strconv.ParseFloat(f[colon+1:], 32)
-			if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-				return nil, fail("bad feature value in %q", f)
-			}
-			if v == 0 {
-				continue
-			}
-			idx = append(idx, int32(id))
-			val = append(val, float32(v))
-		}
-		d.appendRow(label, idx, val)
-	}
-	if err := sc.Err(); err != nil {
-		if name != "" {
-			return nil, fmt.Errorf("%s: after line %d: %w", name, line, err)
-		}
-		return nil, fmt.Errorf("after line %d: %w", line, err)
-	}
-	return d, nil
+// ReadOptions says which part of a file a process reads and how it turns
+// feature ids into model features.
+type ReadOptions struct {
+	// Rank and Workers select the shard: a process reads the examples of
+	// its rank of Workers (Workers 0 or 1: all of them). A plain LIBSVM
+	// file is split into Workers byte ranges, each aligned to whole lines
+	// (a line belongs to the range holding its first byte), and a process
+	// reads only its own; gzipped files, standard input, IDX files and
+	// reads with a Limit go through the examples in order and keep every
+	// Workers-th, starting with the Rank-th.
+	Rank, Workers int
+	// Limit, when positive, reads only the file's first Limit examples.
+	Limit int
+	// HashBits, when positive, hashes every feature id (its text) to
+	// 1..2^HashBits-1.
+	HashBits int
+	// Vocab numbers the features; nil for a new one.
+	Vocab *Vocab
 }
 
-// WriteLIBSVM writes d in LIBSVM text, skipping the bias feature 0.
+func (o *ReadOptions) sharded() bool { return o.Workers > 1 }
+
+// keeps reports whether example i (0-based, in file order) is this shard's
+// when reading in order.
+func (o *ReadOptions) keeps(i int) bool { return !o.sharded() || i%o.Workers == o.Rank }
+
+// ReadLIBSVM parses LIBSVM text: one example per line, "label id:value
+// id:value ...", ids 1-based and strictly ascending (any order, and any
+// string, with hashing). Blank lines and lines starting with '#' are
+// skipped, as is anything after a '#'. name is used in error messages only.
+// A malformed line yields a *ParseError with its number.
+func ReadLIBSVM(r io.Reader, name string, o ReadOptions) (*Dataset, error) {
+	if o.Vocab == nil {
+		o.Vocab = NewVocab()
+	}
+	p := newLIBSVMParser(name, o)
+	if err := p.scan(r, -1); err != nil {
+		return nil, err
+	}
+	return p.d, nil
+}
+
+// libsvmParser turns lines into rows of a Dataset.
+type libsvmParser struct {
+	name     string
+	o        ReadOptions
+	d        *Dataset
+	idx      []int32
+	val      []float32
+	ones     bool
+	examples int // examples seen, kept or not
+	// onRow, when set, receives the rows instead of d (streaming).
+	onRow func(label float64, idx []int32, val []float32) error
+}
+
+func newLIBSVMParser(name string, o ReadOptions) *libsvmParser {
+	return &libsvmParser{name: name, o: o, d: newDataset(o.Vocab)}
+}
+
+// isSpace reports LIBSVM's separators.
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f' }
+
+// content strips a line's comment and surrounding blanks; empty means no
+// example.
+func content(line []byte) []byte {
+	if i := bytes.IndexByte(line, '#'); i >= 0 {
+		line = line[:i]
+	}
+	for len(line) > 0 && (isSpace(line[len(line)-1]) || line[len(line)-1] == '\n') {
+		line = line[:len(line)-1]
+	}
+	for len(line) > 0 && isSpace(line[0]) {
+		line = line[1:]
+	}
+	return line
+}
+
+// scan reads lines from r until EOF or, when end >= 0, until the line
+// starting at byte offset end (relative to r's start); lines are numbered
+// from 1. Every example line is counted, and this shard's are parsed. It
+// stops after Limit examples.
+func (p *libsvmParser) scan(r io.Reader, end int64) error {
+	br := bufio.NewReaderSize(r, 1<<20)
+	var long []byte
+	var off int64
+	lineNo := 0
+	for {
+		if end >= 0 && off >= end {
+			return nil
+		}
+		if p.o.Limit > 0 && p.examples >= p.o.Limit {
+			return nil
+		}
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			long = append(long[:0], line...)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				line, err = br.ReadSlice('\n')
+				long = append(long, line...)
+			}
+			line = long
+		}
+		if len(line) == 0 && err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return p.fail(lineNo+1, "%v", err)
+		}
+		lineNo++
+		off += int64(len(line))
+		text := content(line)
+		if len(text) > 0 {
+			keep := p.o.keeps(p.examples)
+			p.examples++
+			if keep {
+				if err := p.parse(text, lineNo); err != nil {
+					return err
+				}
+			}
+		}
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return p.fail(lineNo+1, "%v", err)
+		}
+	}
+}
+
+func (p *libsvmParser) fail(line int, format string, args ...any) error {
+	return &ParseError{Name: p.name, Line: line, Msg: fmt.Sprintf(format, args...)}
+}
+
+// str views b as a string without copying, for strconv; the string must
+// not outlive b's contents.
+func str(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// parse adds one example line (comment and blanks stripped, not empty).
+func (p *libsvmParser) parse(text []byte, lineNo int) error {
+	i := 0
+	for i < len(text) && !isSpace(text[i]) {
+		i++
+	}
+	label, ok := parseNumber(text[:i])
+	if !ok {
+		return p.fail(lineNo, "bad label %q", text[:i])
+	}
+	if label != math.Trunc(label) || label < -1 || label > maxLabel {
+		return p.fail(lineNo, "label %s: labels are -1/+1 or class numbers 0, 1, 2, ... (at most %d)", text[:i], maxLabel)
+	}
+	p.idx, p.val, p.ones = p.idx[:0], p.val[:0], true
+	var prev uint64 // the last id parsed, kept or not (zero values are not)
+	for i < len(text) {
+		for i < len(text) && isSpace(text[i]) {
+			i++
+		}
+		if i == len(text) {
+			break
+		}
+		j := i
+		for j < len(text) && !isSpace(text[j]) {
+			j++
+		}
+		tok := text[i:j]
+		i = j
+		colon := bytes.LastIndexByte(tok, ':')
+		if colon < 0 {
+			return p.fail(lineNo, "feature %q is not id:value", tok)
+		}
+		idText, valText := tok[:colon], tok[colon+1:]
+		var id uint64
+		if p.o.HashBits > 0 {
+			if len(idText) == 0 {
+				return p.fail(lineNo, "empty feature id in %q", tok)
+			}
+			id = HashFeature(idText, p.o.HashBits)
+		} else {
+			var msg string
+			if id, msg = parseID(idText); msg != "" {
+				return p.fail(lineNo, "feature id %q %s", idText, msg)
+			}
+			if id <= prev {
+				return p.fail(lineNo, "feature id %d is not above the previous one (%d)", id, prev)
+			}
+			prev = id
+		}
+		v, ok := parseNumber(valText)
+		if !ok || math.IsNaN(v) || math.IsInf(v, 0) || math.IsInf(float64(float32(v)), 0) {
+			return p.fail(lineNo, "bad feature value in %q", tok)
+		}
+		if v == 0 {
+			continue
+		}
+		p.idx = append(p.idx, p.o.Vocab.index(id))
+		if v != 1 && p.ones {
+			p.ones = false
+			p.val = p.val[:0]
+			for range len(p.idx) - 1 {
+				p.val = append(p.val, 1)
+			}
+		}
+		if !p.ones {
+			p.val = append(p.val, float32(v))
+		}
+	}
+	val := p.val
+	if p.ones {
+		val = nil
+	}
+	if p.onRow != nil {
+		if err := p.onRow(label, p.idx, val); err != nil {
+			return p.fail(lineNo, "%v", err)
+		}
+		return nil
+	}
+	p.d.appendRow(label, p.idx, val)
+	return nil
+}
+
+// parseID parses a feature id without hashing: a decimal integer in
+// 1..maxFeatureID. It returns the reason when the text is not one.
+func parseID(b []byte) (uint64, string) {
+	if len(b) == 0 {
+		return 0, "is empty"
+	}
+	var id uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			if len(b) > 0 && b[0] == '-' {
+				return 0, "is negative: ids start at 1"
+			}
+			return 0, "is not a positive integer (to use ids that are strings, hash them with -hash-bits)"
+		}
+		id = id*10 + uint64(c-'0')
+		if id > maxFeatureID {
+			return 0, fmt.Sprintf("is above %d, the largest id without hashing (hash larger ids with -hash-bits)", uint64(maxFeatureID))
+		}
+	}
+	if id == 0 {
+		return 0, "is 0: ids start at 1"
+	}
+	return id, ""
+}
+
+// parseNumber parses a label or value: small integers directly, anything
+// else with strconv. NaN and infinities are refused.
+func parseNumber(b []byte) (float64, bool) {
+	if n := len(b); n > 0 && n <= 9 {
+		neg := b[0] == '-'
+		s := b
+		if neg || b[0] == '+' {
+			s = b[1:]
+		}
+		if len(s) > 0 {
+			v := 0
+			for _, c := range s {
+				if c < '0' || c > '9' {
+					goto slow
+				}
+				v = v*10 + int(c-'0')
+			}
+			if neg {
+				return -float64(v), true
+			}
+			return float64(v), true
+		}
+	}
+slow:
+	v, err := strconv.ParseFloat(str(b), 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, false
+	}
+	return v, true
+}
+
+// HashFeature maps a feature id's text to 1..2^bits-1: FNV-1a over the
+// bytes, then a 64-bit finaliser (splitmix64) so that the low bits mix.
+func HashFeature(text []byte, bits int) uint64 {
+	h := uint64(14695981039346656037)
+	for _, c := range text {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return 1 + h%(uint64(1)<<bits-1)
+}
+
+// WriteLIBSVM writes d in LIBSVM text with its feature ids.
 func WriteLIBSVM(w io.Writer, d *Dataset) error {
 	bw := bufio.NewWriter(w)
 	var buf []byte
 	for i := 0; i < d.Len(); i++ {
 		buf = strconv.AppendFloat(buf[:0], d.Label[i], 'g', -1, 64)
 		idx, val := d.Row(i)
-		for j, id := range idx {
-			if id == 0 {
-				continue
-			}
+		for j, f := range idx {
 			buf = append(buf, ' ')
-			buf = strconv.AppendInt(buf, int64(id), 10)
+			buf = strconv.AppendUint(buf, d.Vocab.IDs[f], 10)
 			buf = append(buf, ':')
-			buf = strconv.AppendFloat(buf, float64(val[j]), 'g', -1, 32)
+			v := float32(1)
+			if val != nil {
+				v = val[j]
+			}
+			buf = strconv.AppendFloat(buf, float64(v), 'g', -1, 32)
 		}
 		buf = append(buf, '\n')
 		if _, err := bw.Write(buf); err != nil {
@@ -241,138 +561,142 @@ func WriteLIBSVM(w io.Writer, d *Dataset) error {
 	return bw.Flush()
 }
 
-// Labels maps a data set's raw labels to class indices 0..K-1. Values[c] is
-// the raw label of class c. A model with K == 2 is binary logistic
-// regression (class 1 positive) unless Softmax is set.
-type Labels struct {
-	Values  []float64
-	Softmax bool
-}
-
-// K returns the number of classes.
-func (l *Labels) K() int { return len(l.Values) }
-
-// Outputs returns the model's outputs per feature: 1 for binary logistic
-// regression, K for softmax.
-func (l *Labels) Outputs() int {
-	if l.Softmax {
-		return l.K()
-	}
-	return 1
-}
-
-// InferLabels chooses the classes from the raw labels of the given data
-// sets: labels in {-1, +1} are binary with +1 positive; otherwise labels
-// must be non-negative integers, read as 0..K-1 when 0 occurs and as 1..K
-// otherwise. Two classes give binary logistic regression, more give softmax
-// regression; loss "logistic" or "softmax" forces one (logistic needs two
-// classes), "auto" or "" chooses.
-func InferLabels(loss string, sets ...*Dataset) (*Labels, error) {
-	seen := map[float64]bool{}
-	for _, d := range sets {
-		if d == nil {
-			continue
-		}
-		for _, y := range d.Label {
-			seen[y] = true
-		}
-	}
-	if len(seen) == 0 {
-		return nil, fmt.Errorf("no examples")
-	}
-	vals := make([]float64, 0, len(seen))
-	for y := range seen {
-		vals = append(vals, y)
-	}
-	sort.Float64s(vals)
-	var l Labels
-	switch {
-	case seen[-1] && len(seen) <= 2 && (len(seen) == 1 || seen[1]):
-		l.Values = []float64{-1, 1}
-	default:
-		lo, hi := vals[0], vals[len(vals)-1]
-		for _, y := range vals {
-			if y != math.Trunc(y) || y < 0 {
-				return nil, fmt.Errorf("label %v: want -1/+1 or class numbers 0..K-1 or 1..K", y)
-			}
-		}
-		// Classes are every integer up to the largest label: a stray large
-		// label would make a softmax model of that many classes, mostly
-		// never seen. Want most of them to occur.
-		if classes := hi + 1 - min(lo, 1); classes > 2*float64(len(seen))+8 {
-			return nil, fmt.Errorf("label %v: classes 0..%v (or 1..%v), but only %d of them occur; number the classes densely", hi, hi, hi, len(seen))
-		}
-		first := 1.0
-		if lo == 0 {
-			first = 0
-		}
-		for y := first; y <= max(hi, first+1); y++ {
-			l.Values = append(l.Values, y)
-		}
-	}
-	switch loss {
-	case "", "auto":
-		l.Softmax = l.K() > 2
-	case "logistic":
-		if l.K() != 2 {
-			return nil, fmt.Errorf("logistic loss needs two classes, the data has %d", l.K())
-		}
-	case "softmax":
-		l.Softmax = true
-	default:
-		return nil, fmt.Errorf("unknown loss %q (want auto, logistic or softmax)", loss)
-	}
-	return &l, nil
-}
-
-// Assign sets d.Class from d.Label; a label that is no class is an error.
-func (l *Labels) Assign(d *Dataset) error {
-	pos := make(map[float64]int32, len(l.Values))
-	for i, v := range l.Values {
-		pos[v] = int32(i)
-	}
-	d.Class = make([]int32, d.Len())
-	for i, y := range d.Label {
-		c, ok := pos[y]
-		if !ok {
-			return fmt.Errorf("example %d: label %v is not one of the model's %v", i+1, y, l.Values)
-		}
-		d.Class[i] = c
-	}
-	return nil
-}
-
-// LoadData reads a data set from path: a LIBSVM text file, or an IDX image
-// file (gzipped or not) whose labels are in the file named "IMAGES,LABELS"
-// or found by replacing "images-idx3" with "labels-idx1" in its name. IDX
+// LoadData reads this process's shard of a data set from path: a LIBSVM
+// text file (gzipped or not; "-" is standard input), or an IDX image file
+// (gzipped or not) whose labels are in the file named "IMAGES,LABELS" or
+// found by replacing "images-idx3" with "labels-idx1" in its name. IDX
 // pixels become features 1..rows*cols scaled to [0,1].
-func LoadData(path string) (*Dataset, error) {
+func LoadData(path string, o ReadOptions) (*Dataset, error) {
+	if o.Vocab == nil {
+		o.Vocab = NewVocab()
+	}
 	images, labels, isPair := strings.Cut(path, ",")
-	f, err := openMaybeGzip(images)
+	if path == "-" {
+		if o.sharded() {
+			return nil, fmt.Errorf("standard input (-) is for one process: in a job of %d workers each has its own; give a file", o.Workers)
+		}
+		return ReadLIBSVM(os.Stdin, "standard input", o)
+	}
+	f, err := os.Open(images)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	br := bufio.NewReaderSize(f, 1<<20)
-	head, err := br.Peek(4)
-	if err == nil && head[0] == 0 && head[1] == 0 && head[2] == 0x08 && head[3] == 3 {
+	head := make([]byte, 4)
+	n, _ := io.ReadFull(f, head)
+	head = head[:n]
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	gz := len(head) >= 2 && head[0] == 0x1f && head[1] == 0x8b
+	var in io.Reader = f
+	if gz {
+		zr, err := openMaybeGzip(images)
+		if err != nil {
+			return nil, err
+		}
+		defer zr.Close()
+		br := bufio.NewReaderSize(zr, 1<<20)
+		if head, err = br.Peek(4); err != nil && !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%s: %w", images, err)
+		}
+		in = br
+	}
+	if len(head) == 4 && head[0] == 0 && head[1] == 0 && head[2] == 0x08 && head[3] == 3 {
 		if !isPair {
 			labels = strings.Replace(images, "images-idx3", "labels-idx1", 1)
 			if labels == images {
 				return nil, fmt.Errorf("%s: IDX images whose labels file is not named *labels-idx1*; give IMAGES,LABELS", images)
 			}
 		}
-		return readIDXPair(br, images, labels)
+		return readIDXPair(bufio.NewReaderSize(in, 1<<20), images, labels, o)
 	}
 	if isPair {
 		return nil, fmt.Errorf("%s: not an IDX image file (magic 0x00000803)", images)
 	}
-	return ReadLIBSVM(br, images)
+	if gz || !o.sharded() || o.Limit > 0 {
+		return ReadLIBSVM(in, images, o)
+	}
+	return readLIBSVMRange(f, images, o)
+}
+
+// readLIBSVMRange reads the lines of a plain LIBSVM file whose first byte
+// lies in the byte range of o.Rank of o.Workers.
+func readLIBSVMRange(f *os.File, name string, o ReadOptions) (*Dataset, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	size := fi.Size()
+	start := size * int64(o.Rank) / int64(o.Workers)
+	end := size * int64(o.Rank+1) / int64(o.Workers)
+	if start > 0 {
+		// The line holding byte start-1 belongs to the range before; ours
+		// start after its newline.
+		if _, err := f.Seek(start-1, io.SeekStart); err != nil {
+			return nil, err
+		}
+		br := bufio.NewReader(f)
+		skipped, err := br.ReadSlice('\n')
+		for errors.Is(err, bufio.ErrBufferFull) {
+			var more []byte
+			more, err = br.ReadSlice('\n')
+			skipped = append(skipped[:len(skipped):len(skipped)], more...)
+		}
+		if err != nil && err != io.EOF {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		start += int64(len(skipped)) - 1
+	}
+	o.Workers, o.Rank = 1, 0 // within the range, every example is ours
+	p := newLIBSVMParser(name, o)
+	if start >= end {
+		return p.d, nil
+	}
+	if _, err := f.Seek(start, io.SeekStart); err != nil {
+		return nil, err
+	}
+	err = p.scan(f, end-start)
+	var pe *ParseError
+	if errors.As(err, &pe) && start > 0 {
+		// Number the line within the whole file: count the lines before
+		// the range (only on this error path).
+		before, cerr := countLines(name, start)
+		if cerr == nil {
+			pe.Line += before
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return p.d, nil
+}
+
+// countLines counts the newlines in the first n bytes of the file at path.
+func countLines(path string, n int64) (int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	lines := 0
+	r := io.LimitReader(f, n)
+	for {
+		k, err := r.Read(buf)
+		lines += bytes.Count(buf[:k], []byte{'\n'})
+		if err == io.EOF {
+			return lines, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
 }
 
 // readIDXPair reads IDX images from r (named name) and labels from the file
-// labels.
-func readIDXPair(r io.Reader, name, labels string) (*Dataset, error) {
+// labels, keeping the shard's examples.
+func readIDXPair(r io.Reader, name, labels string, o ReadOptions) (*Dataset, error) {
 	img, err := ReadIDX(r)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -386,7 +710,7 @@ func readIDXPair(r io.Reader, name, labels string) (*Dataset, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", labels, err)
 	}
-	d, err := ImagesToDataset(img, lab)
+	d, err := ImagesToDataset(img, lab, o)
 	if err != nil {
 		return nil, fmt.Errorf("%s with %s: %w", name, labels, err)
 	}
@@ -395,8 +719,9 @@ func readIDXPair(r io.Reader, name, labels string) (*Dataset, error) {
 
 // ImagesToDataset turns IDX images (n × rows × cols bytes) and labels (n
 // bytes) into a data set: pixel p of an image (row-major) is feature p+1
-// with value byte/255; zero pixels are left out.
-func ImagesToDataset(img, lab *IDX) (*Dataset, error) {
+// with value byte/255; zero pixels are left out. o selects the shard and a
+// limit.
+func ImagesToDataset(img, lab *IDX, o ReadOptions) (*Dataset, error) {
 	if img.Type != idxUint8 || len(img.Dims) < 2 {
 		return nil, fmt.Errorf("images: want unsigned bytes with at least 2 dimensions, got type 0x%02x dims %v", img.Type, img.Dims)
 	}
@@ -411,39 +736,46 @@ func ImagesToDataset(img, lab *IDX) (*Dataset, error) {
 	for _, x := range img.Dims[1:] {
 		per *= x
 	}
-	if per > maxFeatureID {
-		return nil, fmt.Errorf("images of %d pixels: more features than %d", per, maxFeatureID)
+	if o.Vocab == nil {
+		o.Vocab = NewVocab()
 	}
-	d := newDataset()
-	d.Start = make([]int, 1, n+1)
-	d.Label = make([]float64, 0, n)
+	if o.Limit > 0 {
+		n = min(n, o.Limit)
+	}
+	d := newDataset(o.Vocab)
+	loc := make([]int32, per)
+	for p := range loc {
+		loc[p] = o.Vocab.index(uint64(p + 1))
+	}
 	idx := make([]int32, 0, per)
 	val := make([]float32, 0, per)
+	d.Val = []float32{}
 	for i := 0; i < n; i++ {
+		if !o.keeps(i) {
+			continue
+		}
 		idx, val = idx[:0], val[:0]
 		for p, b := range img.Data[i*per : (i+1)*per] {
 			if b != 0 {
-				idx = append(idx, int32(p+1))
+				idx = append(idx, loc[p])
 				val = append(val, float32(b)/255)
 			}
 		}
 		d.appendRow(float64(lab.Data[i]), idx, val)
 	}
-	d.MaxFeature = max(d.MaxFeature, int32(per))
 	return d, nil
 }
 
-// loadFile reads path with LoadData and keeps its first limit rows.
-func loadFile(path string, limit int) (*Dataset, error) {
-	d, err := LoadData(path)
-	if err != nil {
-		return nil, err
-	}
-	return d.Head(limit), nil
-}
-
-// writeFileAtomic writes path through a temporary file renamed into place.
+// writeFileAtomic writes path through a temporary file renamed into place;
+// "-" writes to standard output.
 func writeFileAtomic(path string, write func(io.Writer) error) error {
+	if path == "-" {
+		bw := bufio.NewWriter(os.Stdout)
+		if err := write(bw); err != nil {
+			return err
+		}
+		return bw.Flush()
+	}
 	tmp, err := os.CreateTemp(dirOf(path), ".lr-*")
 	if err != nil {
 		return err
@@ -469,26 +801,4 @@ func dirOf(path string) string {
 		return path[:i+1]
 	}
 	return "."
-}
-
-// uniqueFeatures returns the sorted distinct feature ids of rows (appended
-// to out[:0]) and sets mark[f] to f's position among them. mark must have an
-// entry per feature id, all -1 on entry; the caller resets the entries of
-// the returned ids to -1 when done with them.
-func uniqueFeatures(d *Dataset, rows []int, mark []int32, out []int32) []int32 {
-	out = out[:0]
-	for _, r := range rows {
-		idx, _ := d.Row(r)
-		for _, f := range idx {
-			if mark[f] < 0 {
-				mark[f] = 0
-				out = append(out, f)
-			}
-		}
-	}
-	slices.Sort(out)
-	for i, f := range out {
-		mark[f] = int32(i)
-	}
-	return out
 }

@@ -5,12 +5,32 @@ import (
 	"compress/gzip"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 )
+
+// ids returns the feature ids of row i of d.
+func ids(d *Dataset, i int) []uint64 {
+	idx, _ := d.Row(i)
+	out := make([]uint64, len(idx))
+	for j, f := range idx {
+		out[j] = d.Vocab.IDs[f]
+	}
+	return out
+}
+
+func readString(t *testing.T, in string, o ReadOptions) *Dataset {
+	t.Helper()
+	d, err := ReadLIBSVM(strings.NewReader(in), "x", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
 
 func TestReadLIBSVM(t *testing.T) {
 	in := `# a comment line
@@ -20,29 +40,33 @@ func TestReadLIBSVM(t *testing.T) {
 0.0
 2 4:0 5:3
 `
-	d, err := ReadLIBSVM(strings.NewReader(in), "x")
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := readString(t, in, ReadOptions{})
 	if d.Len() != 4 {
 		t.Fatalf("%d rows, want 4", d.Len())
 	}
 	if want := []float64{1, -1, 0, 2}; !slices.Equal(d.Label, want) {
 		t.Errorf("labels %v, want %v", d.Label, want)
 	}
-	idx, val := d.Row(0)
-	if !slices.Equal(idx, []int32{1, 3, 7}) || !slices.Equal(val, []float32{0.5, -2, 0.1}) {
-		t.Errorf("row 0: %v %v", idx, val)
+	_, val := d.Row(0)
+	if !slices.Equal(ids(d, 0), []uint64{1, 3, 7}) || !slices.Equal(val, []float32{0.5, -2, 0.1}) {
+		t.Errorf("row 0: %v %v", ids(d, 0), val)
 	}
-	if idx, _ := d.Row(2); len(idx) != 0 {
-		t.Errorf("row 2 has features %v", idx)
+	if len(ids(d, 2)) != 0 {
+		t.Errorf("row 2 has features %v", ids(d, 2))
 	}
 	// Zero values are not stored.
-	if idx, val := d.Row(3); !slices.Equal(idx, []int32{5}) || !slices.Equal(val, []float32{3}) {
-		t.Errorf("row 3: %v %v", idx, val)
+	if _, val := d.Row(3); !slices.Equal(ids(d, 3), []uint64{5}) || !slices.Equal(val, []float32{3}) {
+		t.Errorf("row 3: %v %v", ids(d, 3), val)
 	}
-	if d.MaxFeature != 7 {
-		t.Errorf("MaxFeature %d, want 7", d.MaxFeature)
+	// Binary data stores no values.
+	b := readString(t, "1 1:1 5:1\n-1 3:1\n", ReadOptions{})
+	if b.Val != nil {
+		t.Errorf("binary data has values %v", b.Val)
+	}
+	// A value other than 1 after binary rows keeps the earlier ones.
+	b = readString(t, "1 1:1 5:1\n-1 3:2\n", ReadOptions{})
+	if !slices.Equal(b.Val, []float32{1, 1, 2}) {
+		t.Errorf("values %v", b.Val)
 	}
 }
 
@@ -53,21 +77,24 @@ func TestReadLIBSVMErrors(t *testing.T) {
 	}{
 		{"abc 1:1", "bad label"},
 		{"nan 1:1", "bad label"},
+		{"0.5 1:1", "label 0.5: labels are -1/+1 or class numbers"},
+		{"-2 1:1", "label -2"},
 		{"1 1:1 2", "not id:value"},
-		{"1 x:1", "bad feature id"},
+		{"1 x:1", `feature id "x" is not a positive integer (to use ids that are strings, hash them with -hash-bits)`},
 		{"1 0:1", "ids start at 1"},
-		{"1 -3:1", "ids start at 1"},
+		{"1 -3:1", "is negative: ids start at 1"},
 		{"1 3:1 2:1", "not above the previous"},
 		{"1 3:1 3:1", "not above the previous"},
 		{"1 3:0 2:1", "not above the previous"}, // a zero value still counts for the order
-		{"1 67108864:1", "number the features densely"},
+		{"1 17592186044416:1", "is above 17592186044415, the largest id without hashing (hash larger ids with -hash-bits)"},
+		{"1 99999999999999999999999:1", "the largest id without hashing"},
 		{"1 3:abc", "bad feature value"},
 		{"1 3:inf", "bad feature value"},
-		{"1 99999999999:1", "bad feature id"},
+		{"1 3:1e39", "bad feature value"}, // not a float32
 	}
 	for _, c := range cases {
 		in := good + "\n# comment\n" + c.bad + "\n" + good
-		_, err := ReadLIBSVM(strings.NewReader(in), "f.txt")
+		_, err := ReadLIBSVM(strings.NewReader(in), "f.txt", ReadOptions{})
 		var pe *ParseError
 		if !errors.As(err, &pe) {
 			t.Errorf("%q: error %v, want a *ParseError", c.bad, err)
@@ -80,15 +107,39 @@ func TestReadLIBSVMErrors(t *testing.T) {
 			t.Errorf("%q: error %q, want f.txt:4: ...%s...", c.bad, err, c.msg)
 		}
 	}
+	// Large ids are fine: nothing is allocated per possible id.
+	d := readString(t, "1 5000000000:1 60000000000:1\n", ReadOptions{})
+	if !slices.Equal(ids(d, 0), []uint64{5000000000, 60000000000}) || d.Vocab.Len() != 2 {
+		t.Errorf("large ids: %v", ids(d, 0))
+	}
+}
+
+func TestHashedIDs(t *testing.T) {
+	in := "1 user=alice:1 item=42:1 18446744073709551615:2\n-1 item=42:1 user=bob:1\n"
+	d := readString(t, in, ReadOptions{HashBits: 20})
+	for i := 0; i < d.Len(); i++ {
+		for _, id := range ids(d, i) {
+			if id < 1 || id >= 1<<20 {
+				t.Errorf("row %d: hashed id %d out of 1..2^20-1", i, id)
+			}
+		}
+	}
+	// The same text hashes alike in every row and every process.
+	if h := HashFeature([]byte("item=42"), 20); !slices.Contains(ids(d, 0), h) || !slices.Contains(ids(d, 1), h) {
+		t.Errorf("item=42 -> %d, rows %v %v", h, ids(d, 0), ids(d, 1))
+	}
+	if HashFeature([]byte("a"), 1) != 1 {
+		t.Error("one bit: every id must be 1")
+	}
+	if _, err := ReadLIBSVM(strings.NewReader("1 :1\n"), "x", ReadOptions{HashBits: 8}); err == nil || !strings.Contains(err.Error(), "empty feature id") {
+		t.Errorf("empty id: %v", err)
+	}
 }
 
 func TestWriteLIBSVMRoundTrip(t *testing.T) {
 	in := "1 1:0.5 3:-2\n-1 2:0.25\n3\n"
-	d, err := ReadLIBSVM(strings.NewReader(in), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.AddBias(1) // the bias is not written
+	d := readString(t, in, ReadOptions{})
+	d.Vocab.Sort(d)
 	var buf bytes.Buffer
 	if err := WriteLIBSVM(&buf, d); err != nil {
 		t.Fatal(err)
@@ -98,60 +149,184 @@ func TestWriteLIBSVMRoundTrip(t *testing.T) {
 	}
 }
 
+func TestVocabSort(t *testing.T) {
+	v := NewVocab()
+	d := readString(t, "1 7:1 9000000:1\n1 2:1 7:1\n", ReadOptions{Vocab: v})
+	v.Sort(d)
+	if !slices.Equal(v.IDs, []uint64{2, 7, 9000000}) {
+		t.Errorf("ids %v", v.IDs)
+	}
+	if !slices.Equal(ids(d, 0), []uint64{7, 9000000}) || !slices.Equal(ids(d, 1), []uint64{2, 7}) {
+		t.Errorf("rows %v %v", ids(d, 0), ids(d, 1))
+	}
+	if v.Lookup(9000000) != 2 || v.Lookup(2) != 0 || v.Lookup(3) != -1 || v.Lookup(1<<40) != -1 {
+		t.Errorf("lookups %d %d %d", v.Lookup(9000000), v.Lookup(2), v.Lookup(3))
+	}
+}
+
+// writeLines writes n LIBSVM lines (label i%2, feature i+1) to a file; line
+// i is longer for some i, so that byte ranges fall mid-line.
+func writeLines(t *testing.T, n int, gz bool) string {
+	t.Helper()
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, "%d %d:1", i%2, i+1)
+		if i%7 == 3 {
+			b.WriteString(strings.Repeat(" ", 50) + "# padding")
+		}
+		if i%11 == 0 {
+			b.WriteString("\n# a comment line\n\n")
+		} else {
+			b.WriteString("\n")
+		}
+	}
+	data := []byte(b.String())
+	name := "lines.svm"
+	if gz {
+		data, name = gzipped(t, data), "lines.svm.gz"
+	}
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestShards reads a file as 1..5 workers: the shards hold every example
+// exactly once, by byte ranges for a plain file and every W-th example for
+// a gzipped one or with a limit.
+func TestShards(t *testing.T) {
+	const n = 103
+	for _, gz := range []bool{false, true} {
+		path := writeLines(t, n, gz)
+		for workers := 1; workers <= 5; workers++ {
+			for _, limit := range []int{0, 50} {
+				seen := map[uint64]int{}
+				total := 0
+				for rank := 0; rank < workers; rank++ {
+					d, err := LoadData(path, ReadOptions{Rank: rank, Workers: workers, Limit: limit})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if limit == 0 && !gz && workers > 1 && (d.Len() < n/workers-8 || d.Len() > n/workers+8) {
+						t.Errorf("gz %v, %d workers: rank %d has %d rows", gz, workers, rank, d.Len())
+					}
+					for i := 0; i < d.Len(); i++ {
+						id := ids(d, i)[0]
+						seen[id]++
+						if (gz || limit > 0) && workers > 1 && int(id-1)%workers != rank {
+							t.Errorf("example %d went to rank %d of %d", id, rank, workers)
+						}
+						if d.Label[i] != float64((id-1)%2) {
+							t.Errorf("example %d has label %v", id, d.Label[i])
+						}
+					}
+					total += d.Len()
+				}
+				want := n
+				if limit > 0 {
+					want = limit
+				}
+				if total != want || len(seen) != want {
+					t.Errorf("gz %v, %d workers, limit %d: %d rows, %d distinct, want %d", gz, workers, limit, total, len(seen), want)
+				}
+			}
+		}
+	}
+}
+
+// TestShardErrorLine checks that a worker reading a byte range names the
+// line within the whole file.
+func TestShardErrorLine(t *testing.T) {
+	var b strings.Builder
+	for i := 0; i < 100; i++ {
+		if i == 90 {
+			b.WriteString("1 2:1 1:1\n")
+			continue
+		}
+		b.WriteString("1 1:1\n")
+	}
+	p := filepath.Join(t.TempDir(), "bad.svm")
+	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := LoadData(p, ReadOptions{Rank: 1, Workers: 2})
+	if err == nil || !strings.Contains(err.Error(), "bad.svm:91: feature id 1 is not above") {
+		t.Errorf("error %v, want line 91", err)
+	}
+	if _, err := LoadData("-", ReadOptions{Rank: 0, Workers: 2}); err == nil || !strings.Contains(err.Error(), "standard input") {
+		t.Errorf("stdin for 2 workers: %v", err)
+	}
+}
+
 func TestInferLabels(t *testing.T) {
 	cases := []struct {
-		labels  []float64
-		loss    string
-		values  []float64
-		softmax bool
-		err     string
+		train, test []float64
+		loss        string
+		values      []float64
+		softmax     bool
+		err         string
 	}{
-		{labels: []float64{1, -1, 1}, values: []float64{-1, 1}},
-		{labels: []float64{-1}, values: []float64{-1, 1}},
-		{labels: []float64{0, 1, 1}, values: []float64{0, 1}},
-		{labels: []float64{1, 2}, values: []float64{1, 2}},
-		{labels: []float64{0, 3, 1}, values: []float64{0, 1, 2, 3}, softmax: true},
-		{labels: []float64{1, 3, 2}, values: []float64{1, 2, 3}, softmax: true},
-		{labels: []float64{0, 1}, loss: "softmax", values: []float64{0, 1}, softmax: true},
-		{labels: []float64{0, 1, 2}, loss: "logistic", err: "two classes"},
-		{labels: []float64{0.5, 1}, err: "label 0.5"},
-		{labels: []float64{-1, 2}, err: "label -1"},
-		{labels: []float64{0, 1, 2, 999999}, err: "only 4 of them occur"},
-		{labels: []float64{0, 1}, loss: "hinge", err: "unknown loss"},
+		{train: []float64{1, -1, 1}, values: []float64{-1, 1}},
+		{train: []float64{0, 1, 1}, values: []float64{0, 1}},
+		{train: []float64{1, 2}, values: []float64{1, 2}},
+		{train: []float64{0, 5}, values: []float64{0, 5}},
+		{train: []float64{0, 3, 1}, loss: "softmax", values: []float64{0, 1, 2, 3}, softmax: true},
+		{train: []float64{1, 3, 2}, loss: "softmax", values: []float64{1, 2, 3}, softmax: true},
+		{train: []float64{0, 1}, loss: "softmax", values: []float64{0, 1}, softmax: true},
+		{train: []float64{0, 1}, test: []float64{2}, loss: "softmax", values: []float64{0, 1, 2}, softmax: true},
+		// A stray label is an error, not a silent switch to softmax.
+		{train: []float64{0, 1, 1, 3}, err: "the training data has 3 labels, 0 (1), 1 (2), 3 (1): for multinomial (softmax) regression over them give -loss=softmax"},
+		{train: []float64{0, 1, 2}, loss: "logistic", err: "logistic loss needs two classes"},
+		{train: []float64{1, 1, 1}, err: "all 3 training examples have label 1: a classifier needs examples of two classes"},
+		{train: []float64{1, 1}, loss: "softmax", err: "all 2 training examples have label 1"},
+		{train: []float64{0, 1}, test: []float64{3}, err: "the test data has label 3 (1 examples), which no training example has"},
+		{train: []float64{-1, 2}, err: "-1 goes only with +1"},
+		{train: []float64{0, 1, 2, 999}, loss: "softmax", err: "only 4 of them occur"},
+		{train: []float64{0, 1}, loss: "hinge", err: "unknown loss"},
+		{err: "no training examples"},
 	}
 	for _, c := range cases {
-		d := newDataset()
-		for _, y := range c.labels {
+		d, e := newDataset(nil), newDataset(nil)
+		for _, y := range c.train {
 			d.appendRow(y, nil, nil)
 		}
-		l, err := InferLabels(c.loss, d, nil)
+		for _, y := range c.test {
+			e.appendRow(y, nil, nil)
+		}
+		l, err := InferLabels(c.loss, CountLabels([]*Dataset{d}, []*Dataset{e}))
 		if c.err != "" {
 			if err == nil || !strings.Contains(err.Error(), c.err) {
-				t.Errorf("%v %q: error %v, want %q", c.labels, c.loss, err, c.err)
+				t.Errorf("%v %v %q: error %v, want %q", c.train, c.test, c.loss, err, c.err)
 			}
 			continue
 		}
 		if err != nil {
-			t.Errorf("%v %q: %v", c.labels, c.loss, err)
+			t.Errorf("%v %q: %v", c.train, c.loss, err)
 			continue
 		}
 		if !slices.Equal(l.Values, c.values) || l.Softmax != c.softmax {
-			t.Errorf("%v %q: %+v, want values %v softmax %v", c.labels, c.loss, *l, c.values, c.softmax)
+			t.Errorf("%v %q: %+v, want values %v softmax %v", c.train, c.loss, *l, c.values, c.softmax)
 		}
 		if err := l.Assign(d); err != nil {
-			t.Errorf("%v: assign: %v", c.labels, err)
+			t.Errorf("%v: assign: %v", c.train, err)
 		}
-		for i, y := range c.labels {
+		for i, y := range c.train {
 			if l.Values[d.Class[i]] != y {
-				t.Errorf("%v: row %d has class %d", c.labels, i, d.Class[i])
+				t.Errorf("%v: row %d has class %d", c.train, i, d.Class[i])
 			}
 		}
 	}
 	l := &Labels{Values: []float64{0, 1}}
-	d := newDataset()
+	d := newDataset(nil)
 	d.appendRow(7, nil, nil)
 	if err := l.Assign(d); err == nil || !strings.Contains(err.Error(), "label 7") {
 		t.Errorf("assigning an unknown label: %v", err)
+	}
+	// Counts from several workers add up.
+	m := MergeLabelCounts([]LabelCount{{Value: 1, Train: 2}}, []LabelCount{{Value: 0, Test: 1}, {Value: 1, Train: 1, Test: 3}})
+	if !slices.Equal(m, []LabelCount{{Value: 0, Test: 1}, {Value: 1, Train: 3, Test: 3}}) {
+		t.Errorf("merged %v", m)
 	}
 }
 
@@ -229,74 +404,102 @@ func TestLoadIDXImages(t *testing.T) {
 	short := write("short.idx", idxBytes([]uint32{2}, []byte{1, 2}))
 
 	for _, path := range []string{plain, gz, other + "," + lab} {
-		d, err := LoadData(path)
+		d, err := LoadData(path, ReadOptions{})
 		if err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
 		if d.Len() != 3 || !slices.Equal(d.Label, []float64{7, 0, 9}) {
 			t.Fatalf("%s: %d rows, labels %v", path, d.Len(), d.Label)
 		}
-		idx, val := d.Row(0)
-		if !slices.Equal(idx, []int32{2, 4}) || !slices.Equal(val, []float32{1, 0.2}) {
-			t.Errorf("%s: row 0: %v %v", path, idx, val)
+		_, val := d.Row(0)
+		if !slices.Equal(ids(d, 0), []uint64{2, 4}) || !slices.Equal(val, []float32{1, 0.2}) {
+			t.Errorf("%s: row 0: %v %v", path, ids(d, 0), val)
 		}
-		if idx, _ := d.Row(1); len(idx) != 0 {
-			t.Errorf("%s: row 1: %v", path, idx)
+		if len(ids(d, 1)) != 0 {
+			t.Errorf("%s: row 1: %v", path, ids(d, 1))
 		}
-		if idx, _ := d.Row(2); !slices.Equal(idx, []int32{1, 2, 3, 4}) {
-			t.Errorf("%s: row 2: %v", path, idx)
-		}
-		if d.MaxFeature != 4 {
-			t.Errorf("%s: MaxFeature %d", path, d.MaxFeature)
+		if !slices.Equal(ids(d, 2), []uint64{1, 2, 3, 4}) {
+			t.Errorf("%s: row 2: %v", path, ids(d, 2))
 		}
 	}
-	if _, err := LoadData(other); err == nil || !strings.Contains(err.Error(), "IMAGES,LABELS") {
+	// Shards: every second image, from the rank-th.
+	d, err := LoadData(gz, ReadOptions{Rank: 1, Workers: 2})
+	if err != nil || d.Len() != 1 || d.Label[0] != 0 {
+		t.Errorf("rank 1 of 2: %v %v", d, err)
+	}
+	if _, err := LoadData(other, ReadOptions{}); err == nil || !strings.Contains(err.Error(), "IMAGES,LABELS") {
 		t.Errorf("images without labels: %v", err)
 	}
-	if _, err := LoadData(other + "," + short); err == nil || !strings.Contains(err.Error(), "3 images but 2 labels") {
+	if _, err := LoadData(other+","+short, ReadOptions{}); err == nil || !strings.Contains(err.Error(), "3 images but 2 labels") {
 		t.Errorf("label count mismatch: %v", err)
 	}
-	if _, err := LoadData(lab + "," + lab); err == nil || !strings.Contains(err.Error(), "not an IDX image file") {
+	if _, err := LoadData(lab+","+lab, ReadOptions{}); err == nil || !strings.Contains(err.Error(), "not an IDX image file") {
 		t.Errorf("labels as images: %v", err)
 	}
 }
 
-func TestShardAndPermutation(t *testing.T) {
+func TestPermutation(t *testing.T) {
 	p := Permutation(103, 5)
 	if !slices.Equal(p, Permutation(103, 5)) {
 		t.Error("Permutation is not deterministic")
 	}
-	seen := make([]bool, 103)
-	total := 0
-	for r := 0; r < 4; r++ {
-		s := Shard(p, r, 4)
-		if len(s) < 103/4 || len(s) > 103/4+1 {
-			t.Errorf("shard %d has %d rows", r, len(s))
-		}
-		for _, i := range s {
-			if seen[i] {
-				t.Errorf("row %d in two shards", i)
-			}
-			seen[i] = true
-		}
-		total += len(s)
-	}
-	if total != 103 {
-		t.Errorf("shards hold %d rows", total)
+	s := slices.Clone(p)
+	slices.Sort(s)
+	if !slices.Equal(s, seq(0, 103)) {
+		t.Error("not a permutation")
 	}
 }
 
-func TestUniqueFeatures(t *testing.T) {
-	d, err := ReadLIBSVM(strings.NewReader("1 3:1 5:1\n1 1:1 5:1\n1 2:1\n"), "")
+func TestNewBatch(t *testing.T) {
+	d := readString(t, "1 3:1 5:1\n0 1:1 5:1\n1 2:1\n", ReadOptions{})
+	d.Vocab.Sort(d)
+	d.Class = []int32{1, 0, 1}
+	mark := newMark(d.Vocab.Len())
+	b := NewBatch(d, []int{0, 1}, mark)
+	var feats []uint64
+	for _, f := range b.Feats {
+		feats = append(feats, d.Vocab.IDs[f])
+	}
+	if !slices.Equal(feats, []uint64{1, 3, 5}) {
+		t.Errorf("features %v", feats)
+	}
+	// Row 0 is features 3, 5: positions 1, 2; row 1 is 1, 5: 0, 2.
+	if !slices.Equal(b.Pos, []int32{1, 2, 0, 2}) || !slices.Equal(b.Start, []int32{0, 2, 4}) || !slices.Equal(b.Class, []int32{1, 0}) {
+		t.Errorf("batch %+v", b)
+	}
+	if !slices.Equal(mark, newMark(d.Vocab.Len())) {
+		t.Errorf("mark left as %v", mark)
+	}
+	keys := Weights{C: 2, Bias: 1}.appendKeys(nil, b.Feats, d.Vocab.IDs, 100)
+	if !slices.Equal(keys, []uint64{100, 101, 102, 103, 106, 107, 110, 111}) {
+		t.Errorf("keys %v", keys)
+	}
+}
+
+// TestSynthesize checks that the synthetic data is reproducible and shaped
+// as asked.
+func TestSynthesize(t *testing.T) {
+	c := SynthConfig{Rows: 300, TestRows: 100, IDs: 1000, NNZ: 10, Informative: 0.1, Zipf: 1.3, ZipfV: 20, Scale: 1, Seed: 7}
+	var a, at, b, bt bytes.Buffer
+	st, err := Synthesize(c, &a, &at)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mark := []int32{-1, -1, -1, -1, -1, -1}
-	f := uniqueFeatures(d, []int{0, 1}, mark, nil)
-	if !slices.Equal(f, []int32{1, 3, 5}) {
-		t.Errorf("features %v", f)
+	if _, err := Synthesize(c, &b, &bt); err != nil {
+		t.Fatal(err)
 	}
-	if mark[1] != 0 || mark[3] != 1 || mark[5] != 2 || mark[2] != -1 {
-		t.Errorf("mark %v", mark)
+	if !bytes.Equal(a.Bytes(), b.Bytes()) || !bytes.Equal(at.Bytes(), bt.Bytes()) {
+		t.Error("the same seed wrote different data")
+	}
+	d := readString(t, a.String(), ReadOptions{})
+	if d.Len() != 300 || d.Val != nil || st.NNZ < 300*5 || st.NNZ > 400*10 {
+		t.Errorf("%d rows, %d non-zeros, values %v", d.Len(), st.NNZ, d.Val != nil)
+	}
+	if st.BayesTestAcc < 0.5 || st.BayesTestAcc > 1 || st.Positive <= 0 || st.Positive >= 1 {
+		t.Errorf("stats %+v", st)
+	}
+	c.Zipf = 1
+	if _, err := Synthesize(c, &a, nil); err == nil {
+		t.Error("Zipf exponent 1 accepted")
 	}
 }

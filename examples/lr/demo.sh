@@ -31,6 +31,6 @@ fi
 echo
 echo "== Fashion-MNIST: softmax regression, 2 servers x 2 workers, ASP, SGD"
 scripts/local.sh 2 2 build/lr -train="$FM/train-images-idx3-ubyte.gz" -test="$FM/t10k-images-idx3-ubyte.gz" \
-  -opt=sgd -lr=1 -lr-decay=2 -batch=100 -epochs=20 -sync=asp \
+  -loss=softmax -opt=sgd -lr=1 -lr-decay=2 -batch=100 -epochs=20 -sync=asp \
   -model=build/lr-fashion.model -plot=build/lr-fashion.png
 echo "predict (stand-alone, no cluster): $(build/lr -mode=predict -model=build/lr-fashion.model -data="$FM/t10k-images-idx3-ubyte.gz")"

@@ -7,9 +7,8 @@ import (
 	"io"
 	"math"
 	"os"
-	"strings"
-	"time"
 
+	"github.com/gopslite/pslite/internal/prog"
 	"github.com/gopslite/pslite/ps"
 )
 
@@ -38,6 +37,17 @@ type Config struct {
 	ModelPath, PlotPath string
 	Data, Out           string
 	Limit               int
+
+	HashBits  int     // hash feature ids to this many bits (0: no hashing)
+	Valid     float64 // fraction of the training data held out for validation
+	EarlyStop int     // stop when the validation loss has not improved for this many epochs
+	Pipeline  int     // steps in flight per worker
+	InitModel string  // warm start from this model file
+	PredOut   string  // write per-example predictions here
+
+	// -mode=synth
+	TestOut string
+	Synth   SynthConfig
 }
 
 // errUsage is returned after the flag package has printed the usage.
@@ -51,23 +61,25 @@ func parseFlags(args []string, stderr io.Writer) (*Config, error) {
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `usage:
   scripts/local.sh S W lr -train=F [-test=F | -holdout=0.2 | -cv=5] [flags]   train
-  lr -mode=predict -model=F -data=F                                           score a model
+  lr -mode=predict -model=F -data=F [-pred-out=F]                             score a model
   lr -mode=convert -data=IMAGES-IDX -out=F.libsvm                             IDX to LIBSVM
-Data files are LIBSVM text, or IDX images (gzipped or not) with their labels
-found by name (train-images-idx3-ubyte.gz -> train-labels-idx1-ubyte.gz) or
-given as IMAGES,LABELS.
+  lr -mode=synth -out=TRAIN -test-out=TEST [-rows=N ...]                      sparse synthetic data
+Data files are LIBSVM text (gzipped or not; "-" is standard input for
+predict, convert and one-worker jobs), or IDX images (gzipped or not) with
+their labels found by name (train-images-idx3-ubyte.gz ->
+train-labels-idx1-ubyte.gz) or given as IMAGES,LABELS.
 flags:
 `)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&c.Mode, "mode", "train", "train (in a ps-lite job), predict or convert")
+	fs.StringVar(&c.Mode, "mode", "train", "train (in a ps-lite job), predict, convert or synth")
 	fs.StringVar(&c.Train, "train", "", "training data")
 	fs.StringVar(&c.Test, "test", "", "test data (default: -holdout of the training data)")
 	fs.IntVar(&c.TrainLimit, "train-limit", 0, "use only the first N training examples (0: all)")
 	fs.IntVar(&c.TestLimit, "test-limit", 0, "use only the first N test examples (0: all)")
 	fs.Float64Var(&c.Holdout, "holdout", 0.2, "without -test: fraction of the training data held out for testing")
 	fs.IntVar(&c.CV, "cv", 0, "k-fold cross-validation on the training data instead of a test set (k >= 2)")
-	fs.StringVar(&c.Loss, "loss", "auto", "auto, logistic (binary) or softmax")
+	fs.StringVar(&c.Loss, "loss", "auto", "auto (binary logistic: the data must have two labels), logistic, or softmax (multinomial over classes 0..K-1)")
 	bias := fs.Float64("bias", 1, "value of the bias feature 0 (0: no bias)")
 	fs.IntVar(&c.Epochs, "epochs", 10, "passes over the training data")
 	fs.IntVar(&c.Batch, "batch", 100, "examples per step over all workers (each worker takes ceil(batch/workers))")
@@ -80,12 +92,26 @@ flags:
 	fs.Float64Var(&c.Beta, "beta", 1, "ftrl beta")
 	fs.StringVar(&c.SyncName, "sync", "asp", "consistency model: asp, bsp or ssp")
 	fs.IntVar(&c.Staleness, "staleness", 2, "ssp: steps a worker may run ahead of the slowest")
-	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the shuffles")
+	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the shuffles (synth: of the data)")
 	fs.StringVar(&c.ModelPath, "model", "", "train: write the model here; predict: read it")
 	fs.StringVar(&c.PlotPath, "plot", "", "train: draw loss and accuracy per epoch into this PNG")
 	fs.StringVar(&c.Data, "data", "", "predict, convert: input data")
 	fs.StringVar(&c.Out, "out", "", "convert: output LIBSVM file")
 	fs.IntVar(&c.Limit, "limit", 0, "predict, convert: use only the first N examples (0: all)")
+	fs.IntVar(&c.HashBits, "hash-bits", 0, "hash feature ids (numbers or any string) to 1..2^N-1 (0: ids are integers, used as they are)")
+	fs.Float64Var(&c.Valid, "valid", 0, "fraction of the training data held out for validation (scored every epoch)")
+	fs.IntVar(&c.EarlyStop, "early-stop", 0, "stop when the validation loss has not improved for N epochs and keep the best epoch's model (needs -valid)")
+	fs.IntVar(&c.Pipeline, "pipeline", 2, "training steps a worker keeps in flight (pulls issued ahead of the gradient)")
+	fs.StringVar(&c.InitModel, "init-model", "", "train: start from this model file (with FTRL's state when it has it)")
+	fs.StringVar(&c.PredOut, "pred-out", "", "train (with -test), predict: write each example's predicted label and class probabilities here")
+	c.Synth = DefaultSynth
+	fs.StringVar(&c.TestOut, "test-out", "", "synth: write the test examples here")
+	fs.IntVar(&c.Synth.Rows, "rows", DefaultSynth.Rows, "synth: training examples")
+	fs.IntVar(&c.Synth.TestRows, "test-rows", DefaultSynth.TestRows, "synth: test examples")
+	fs.IntVar(&c.Synth.IDs, "ids", DefaultSynth.IDs, "synth: feature ids 1..N")
+	fs.IntVar(&c.Synth.NNZ, "nnz", DefaultSynth.NNZ, "synth: ids drawn per example")
+	fs.Float64Var(&c.Synth.Informative, "informative", DefaultSynth.Informative, "synth: fraction of the ids with a true weight")
+	fs.Float64Var(&c.Synth.Zipf, "zipf", DefaultSynth.Zipf, "synth: popularity exponent s > 1")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, errUsage
@@ -99,6 +125,9 @@ flags:
 	var err error
 	if c.Sync, err = ParseSyncMode(c.SyncName); err != nil {
 		return nil, err
+	}
+	if c.HashBits < 0 || c.HashBits > maxHashBits {
+		return nil, fmt.Errorf("-hash-bits must be in 0..%d", maxHashBits)
 	}
 	switch c.Mode {
 	case "train":
@@ -123,6 +152,22 @@ flags:
 			return nil, fmt.Errorf("-bias must be a finite number")
 		case c.LRDecay > 0 && c.Opt != "sgd":
 			return nil, fmt.Errorf("-lr-decay is for -opt=sgd (ftrl's rates decay by themselves)")
+		case !(c.Valid >= 0 && c.Valid < 1) || (c.Test == "" && c.CV == 0 && c.Holdout+c.Valid >= 1):
+			return nil, fmt.Errorf("-valid must be in [0, 1) and leave training data next to -holdout")
+		case c.EarlyStop < 0:
+			return nil, fmt.Errorf("-early-stop must not be negative")
+		case c.EarlyStop > 0 && c.Valid == 0:
+			return nil, fmt.Errorf("-early-stop needs a validation split: give -valid (e.g. -valid=0.1)")
+		case c.CV > 0 && (c.Valid > 0 || c.InitModel != "" || c.PredOut != "" || c.ModelPath != ""):
+			return nil, fmt.Errorf("-cv trains one model per fold: -valid, -early-stop, -init-model, -model and -pred-out are for a single model")
+		case c.PredOut != "" && c.Test == "":
+			return nil, fmt.Errorf("-pred-out needs -test (the predictions are for its examples, in order)")
+		case c.Pipeline < 1 || c.Pipeline > 64:
+			return nil, fmt.Errorf("-pipeline must be in 1..64")
+		case c.TrainLimit < 0 || c.TestLimit < 0:
+			return nil, fmt.Errorf("-train-limit and -test-limit must not be negative")
+		case c.Loss != "auto" && c.Loss != "logistic" && c.Loss != "softmax":
+			return nil, fmt.Errorf("unknown -loss %q (want auto, logistic or softmax)", c.Loss)
 		}
 		if _, err := c.optimizer(); err != nil {
 			return nil, err
@@ -135,8 +180,15 @@ flags:
 		if c.Data == "" || c.Out == "" {
 			return nil, fmt.Errorf("convert needs -data and -out")
 		}
+	case "synth":
+		if c.Out == "" {
+			return nil, fmt.Errorf("synth needs -out (and -test-out for a test set)")
+		}
+		if err := c.Synth.Check(); err != nil {
+			return nil, err
+		}
 	default:
-		return nil, fmt.Errorf("unknown -mode %q (want train, predict or convert)", c.Mode)
+		return nil, fmt.Errorf("unknown -mode %q (want train, predict, convert or synth)", c.Mode)
 	}
 	return c, nil
 }
@@ -146,10 +198,12 @@ func (c *Config) optimizer() (Optimizer, error) {
 }
 
 func main() {
+	stopProfile := prog.Profile() // PS_CPUPROFILE=prefix writes prefix.<role>.<pid>
 	cfg, err := parseFlags(os.Args[1:], os.Stderr)
 	if err == nil {
 		err = run(cfg, os.Stdout)
 	}
+	stopProfile()
 	if err != nil {
 		if !errors.Is(err, errUsage) {
 			fmt.Fprintf(os.Stderr, "lr: %v\n", err)
@@ -165,6 +219,8 @@ func run(cfg *Config, out io.Writer) error {
 		return predict(cfg, out)
 	case "convert":
 		return convert(cfg, out)
+	case "synth":
+		return synth(cfg, out)
 	}
 	return runJob(cfg, out)
 }
@@ -217,308 +273,4 @@ func serve(cfg *Config) (*Store, error) {
 	}
 	ps.RegisterExitCallback(srv.Close)
 	return store, nil
-}
-
-// loadTrainTest reads the training data and the test data (nil without
-// -test), both with class indices and, unless -bias=0, the bias feature.
-// It returns the labels and the number of feature ids (0 included).
-func loadTrainTest(cfg *Config) (train, test *Dataset, labels *Labels, features int, err error) {
-	if train, err = loadFile(cfg.Train, cfg.TrainLimit); err != nil {
-		return
-	}
-	if cfg.Test != "" {
-		if test, err = loadFile(cfg.Test, cfg.TestLimit); err != nil {
-			return
-		}
-	}
-	if labels, err = InferLabels(cfg.Loss, train, test); err != nil {
-		err = fmt.Errorf("labels: %w", err)
-		return
-	}
-	features = int(train.MaxFeature) + 1
-	for _, d := range []*Dataset{train, test} {
-		if d == nil {
-			continue
-		}
-		features = max(features, int(d.MaxFeature)+1)
-		if err = labels.Assign(d); err != nil {
-			return
-		}
-		if cfg.Bias != 0 {
-			d.AddBias(cfg.Bias)
-		}
-	}
-	return
-}
-
-// work is a worker's part of the job: load and shard the data, train, and
-// on rank 0 report, evaluate and write the model and the plot.
-func work(cfg *Config, out io.Writer) error {
-	rank, workers := ps.MyRank(), ps.NumWorkers()
-	logf := func(format string, args ...any) {
-		if rank == 0 {
-			fmt.Fprintf(out, format+"\n", args...)
-		}
-	}
-	train, test, labels, features, err := loadTrainTest(cfg)
-	if err != nil {
-		return err
-	}
-	if keys := int64(features) * int64(labels.Outputs()); keys > maxModelKeys {
-		return fmt.Errorf("%d features × %d outputs make %d model keys, more than %d", features, labels.Outputs(), keys, maxModelKeys)
-	}
-	if folds := uint64(max(cfg.CV, 1)); uint64(features)*uint64(labels.Outputs())*folds >= statsBase {
-		return fmt.Errorf("%d features × %d outputs × %d folds do not fit below key %d", features, labels.Outputs(), folds, statsBase)
-	}
-	kvw, err := ps.NewKVWorker[float32](0, 0)
-	if err != nil {
-		return err
-	}
-	t := &trainer{
-		cfg: cfg, kvw: kvw, rank: rank, workers: workers, servers: ps.NumServers(),
-		labels: labels, outputs: labels.Outputs(), features: features,
-		numKeys: uint64(features * labels.Outputs()), out: out,
-	}
-	if err := kvw.SetSlicer(keyRouter{numKeys: t.numKeys}.Slicer); err != nil {
-		return err
-	}
-	opt := optName(cfg)
-	bw := t.perWorker()
-	kind := "binary logistic regression"
-	if labels.Softmax {
-		kind = fmt.Sprintf("softmax regression over %d classes", labels.K())
-	}
-	perm := Permutation(train.Len(), cfg.Seed)
-	begin := time.Now()
-	var results []EpochResult
-	var final *Model
-	if cfg.CV > 0 {
-		k := cfg.CV
-		if train.Len() < k {
-			return fmt.Errorf("%d examples for %d folds", train.Len(), k)
-		}
-		logf("lr: %s, %d examples, %d-fold cross-validation, %d features, %d keys per fold on %d servers",
-			kind, train.Len(), k, features, t.numKeys, t.servers)
-		logf("lr: %d workers, batch %d (%d per worker), %s, %s, %d epochs per fold",
-			workers, cfg.Batch, bw, opt, syncName(cfg), cfg.Epochs)
-		for fold := 0; fold < k; fold++ {
-			var trainRows, testRows []int
-			for i, r := range perm {
-				if i%k == fold {
-					testRows = append(testRows, r)
-				} else {
-					trainRows = append(trainRows, r)
-				}
-			}
-			if len(trainRows) < workers { // every worker sees this, none waits for an empty one
-				return fmt.Errorf("fold %d: %d training examples for %d workers", fold+1, len(trainRows), workers)
-			}
-			maxShard := (len(trainRows) + workers - 1) / workers
-			shard := train.Subset(Shard(trainRows, rank, workers))
-			var held *Dataset
-			if rank == 0 {
-				held = train.Subset(testRows)
-			}
-			rs, err := t.trainFold(fold, shard, maxShard, held)
-			if err != nil {
-				return err
-			}
-			results = append(results, rs...)
-		}
-	} else {
-		if test == nil {
-			if cfg.Holdout <= 0 {
-				return fmt.Errorf("no test data: give -test, -holdout or -cv")
-			}
-			nt := int(math.Round(cfg.Holdout * float64(train.Len())))
-			if nt < 1 || nt >= train.Len() {
-				return fmt.Errorf("-holdout %g of %d examples leaves no test or no training examples", cfg.Holdout, train.Len())
-			}
-			test = train.Subset(perm[:nt])
-			perm = perm[nt:]
-		}
-		logf("lr: %s, %d training and %d test examples, %d features, %d keys on %d servers",
-			kind, len(perm), test.Len(), features, t.numKeys, t.servers)
-		if len(perm) < workers {
-			return fmt.Errorf("%d training examples for %d workers", len(perm), workers)
-		}
-		maxShard := (len(perm) + workers - 1) / workers
-		logf("lr: %d workers, batch %d (%d per worker, %d steps per epoch), %s, %s, %d epochs",
-			workers, cfg.Batch, bw, t.steps(maxShard), opt, syncName(cfg), cfg.Epochs)
-		shard := train.Subset(Shard(perm, rank, workers))
-		train = nil // only the shard is needed from here on
-		if results, err = t.trainFold(0, shard, maxShard, test); err != nil {
-			return err
-		}
-	}
-	// Every worker's last push is in once all have passed the barrier.
-	if err := ps.Barrier(0, ps.WorkerGroup); err != nil {
-		return err
-	}
-	wall := time.Since(begin)
-	if rank != 0 {
-		return nil
-	}
-	examples := 0
-	for _, r := range results {
-		examples += r.Examples
-	}
-	rate := float64(examples) / wall.Seconds()
-	if cfg.CV > 0 {
-		correct, n := 0, 0
-		for _, r := range results {
-			if r.Epoch == cfg.Epochs-1 {
-				correct += r.TestCorrect
-				n += r.TestN
-			}
-		}
-		logf("final: %d-fold cv accuracy %.4f (%d/%d) after %d epochs; %d examples in %.2fs, %.0f examples/s overall",
-			cfg.CV, float64(correct)/float64(n), correct, n, cfg.Epochs, examples, wall.Seconds(), rate)
-	} else {
-		if final, err = t.pullModel(0, kindFinal, 0); err != nil {
-			return fmt.Errorf("pull the final model: %w", err)
-		}
-		loss, acc := final.Evaluate(test)
-		logf("final: test accuracy %.4f (%d/%d), test loss %.4f after %d epochs; %d examples in %.2fs, %.0f examples/s overall",
-			acc, int(math.Round(acc*float64(test.Len()))), test.Len(), loss, cfg.Epochs, examples, wall.Seconds(), rate)
-		if cfg.ModelPath != "" {
-			if err := writeFileAtomic(cfg.ModelPath, final.Write); err != nil {
-				return fmt.Errorf("write the model: %w", err)
-			}
-			logf("model written to %s", cfg.ModelPath)
-		}
-	}
-	if cfg.PlotPath != "" {
-		title := fmt.Sprintf("%s: %d workers, %s, %s", baseName(cfg.Train), workers, syncName(cfg), opt)
-		test := "test"
-		if cfg.CV > 0 {
-			test = "held-out folds"
-		}
-		if err := WritePlot(cfg.PlotPath, title, PerEpoch(results, cfg.CV > 0), test); err != nil {
-			return fmt.Errorf("plot: %w", err)
-		}
-		logf("plot written to %s", cfg.PlotPath)
-	}
-	return nil
-}
-
-// printEpoch prints rank 0's progress line for an epoch.
-func (t *trainer) printEpoch(r EpochResult) {
-	fold := ""
-	if t.cfg.CV > 0 {
-		fold = fmt.Sprintf("fold %d/%d ", r.Fold+1, t.cfg.CV)
-	}
-	test := "test-acc"
-	if t.cfg.CV > 0 {
-		test = "heldout-acc"
-	}
-	fmt.Fprintf(t.out, "%sepoch %*d/%d  loss %.4f  train-acc %.4f  %s %.4f  %6.2fs  %8.0f ex/s\n",
-		fold, len(fmt.Sprint(t.cfg.Epochs)), r.Epoch+1, t.cfg.Epochs, r.Loss, r.TrainAcc, test, r.TestAcc,
-		r.Time.Seconds(), r.Rate)
-}
-
-// optName describes the optimiser, with its learning-rate schedule.
-func optName(cfg *Config) string {
-	opt, err := cfg.optimizer()
-	if err != nil {
-		return cfg.Opt
-	}
-	if cfg.LRDecay > 0 {
-		return fmt.Sprintf("%v, lr-decay %g", opt, cfg.LRDecay)
-	}
-	return opt.String()
-}
-
-func syncName(cfg *Config) string {
-	if cfg.Sync == SSP {
-		return fmt.Sprintf("ssp(staleness=%d)", cfg.Staleness)
-	}
-	return cfg.Sync.String()
-}
-
-// baseName shortens a data path for a title: its last two elements (the
-// directory often names the data set).
-func baseName(path string) string {
-	path, _, _ = strings.Cut(path, ",")
-	parts := strings.Split(path, "/")
-	if len(parts) > 2 {
-		parts = parts[len(parts)-2:]
-	}
-	return strings.Join(parts, "/")
-}
-
-// PerEpoch merges results into one row per epoch: with folds, the mean
-// training loss and accuracy and the held-out accuracy over all folds.
-func PerEpoch(results []EpochResult, folds bool) []EpochResult {
-	if !folds {
-		return results
-	}
-	var merged []EpochResult
-	for _, r := range results {
-		for len(merged) <= r.Epoch {
-			merged = append(merged, EpochResult{Epoch: len(merged)})
-		}
-		m := &merged[r.Epoch]
-		m.Loss += r.Loss * float64(r.Examples)
-		m.TrainAcc += r.TrainAcc * float64(r.Examples)
-		m.TestLoss += r.TestLoss * float64(r.TestN)
-		m.Examples += r.Examples
-		m.TestCorrect += r.TestCorrect
-		m.TestN += r.TestN
-		m.Time += r.Time
-	}
-	for i := range merged {
-		m := &merged[i]
-		if m.Examples > 0 {
-			m.Loss /= float64(m.Examples)
-			m.TrainAcc /= float64(m.Examples)
-		}
-		if m.TestN > 0 {
-			m.TestLoss /= float64(m.TestN)
-			m.TestAcc = float64(m.TestCorrect) / float64(m.TestN)
-		}
-		if m.Time > 0 {
-			m.Rate = float64(m.Examples) / m.Time.Seconds()
-		}
-	}
-	return merged
-}
-
-// predict scores a model file on a data set.
-func predict(cfg *Config, out io.Writer) error {
-	f, err := os.Open(cfg.ModelPath)
-	if err != nil {
-		return err
-	}
-	m, err := ReadModel(f)
-	f.Close()
-	if err != nil {
-		return fmt.Errorf("%s: %w", cfg.ModelPath, err)
-	}
-	d, err := loadFile(cfg.Data, cfg.Limit)
-	if err != nil {
-		return err
-	}
-	if err := m.Labels.Assign(d); err != nil {
-		return fmt.Errorf("%s: %w", cfg.Data, err)
-	}
-	if m.Bias != 0 {
-		d.AddBias(m.Bias)
-	}
-	loss, acc := m.Evaluate(d)
-	fmt.Fprintf(out, "accuracy %.4f (%d/%d), loss %.4f\n", acc, int(math.Round(acc*float64(d.Len()))), d.Len(), loss)
-	return nil
-}
-
-// convert writes a data set (e.g. IDX images) as LIBSVM text.
-func convert(cfg *Config, out io.Writer) error {
-	d, err := loadFile(cfg.Data, cfg.Limit)
-	if err != nil {
-		return err
-	}
-	if err := writeFileAtomic(cfg.Out, func(w io.Writer) error { return WriteLIBSVM(w, d) }); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "wrote %d examples (%d features, %d non-zero values) to %s\n", d.Len(), d.MaxFeature, d.NNZ(), cfg.Out)
-	return nil
 }

@@ -2,155 +2,118 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
 
-// modelFormat is the first line of a model file.
-const modelFormat = "pslite-lr 1"
+// modelFormat is the first line of a model file; modelFormatV1 that of the
+// files earlier versions wrote (no hashing, no optimiser state), which
+// ReadModel still reads.
+const (
+	modelFormat   = "pslite-lr 2"
+	modelFormatV1 = "pslite-lr 1"
+)
 
-// Model is a trained linear classifier. With C = Labels.Outputs() outputs
-// per feature, W[f*C+c] is the weight of feature f (0 the bias, 1.. the data
-// set's ids) for output c. Binary logistic regression has one output, the
-// log-odds of class 1; softmax regression one per class.
+// Model is a trained linear classifier, kept sparsely: IDs are the feature
+// ids (0 the bias, then the data's ids, hashed when HashBits > 0) that have
+// a weight or optimiser state, ascending, and with C = Labels.Outputs()
+// outputs per feature W[i*C+c] is the weight of IDs[i] for output c. Binary
+// logistic regression has one output, the log-odds of class 1; softmax
+// regression one per class. Z and N, when not nil, are FTRL's accumulators
+// per weight, so that training can continue from the model (-init-model).
 type Model struct {
 	Labels   Labels
-	Features int     // feature ids 0..Features-1 have weights
 	Bias     float32 // value of the bias feature 0 (0: no bias)
+	HashBits int     // 0: the data's ids are the features
+	IDs      []uint64
 	W        []float32
+	Z, N     []float64
+
+	lookup func(id uint64) int // position in IDs, or -1; built on first use
 }
 
-// NewModel returns an all-zero model.
-func NewModel(l Labels, features int, bias float32) *Model {
-	return &Model{Labels: l, Features: features, Bias: bias, W: make([]float32, features*l.Outputs())}
-}
+// Outputs returns the weights per feature.
+func (m *Model) Outputs() int { return m.Labels.Outputs() }
 
-// positions returns the mark slice that maps every feature id up to maxID to
-// its position in m.W (ids the model lacks map to -1).
-func (m *Model) positions(maxID int32) []int32 {
-	mark := make([]int32, max(int(maxID)+1, m.Features))
-	for f := range mark {
-		mark[f] = -1
-		if f < m.Features {
-			mark[f] = int32(f)
-		}
+// MaxID returns the largest feature id the model has (0 when none).
+func (m *Model) MaxID() uint64 {
+	if len(m.IDs) == 0 {
+		return 0
 	}
-	return mark
+	return m.IDs[len(m.IDs)-1]
 }
 
-// Evaluate returns the mean loss and the accuracy of m on d (d.Class set).
-func (m *Model) Evaluate(d *Dataset) (loss, acc float64) {
-	if d.Len() == 0 {
-		return 0, 0
-	}
-	mark := m.positions(d.MaxFeature)
-	sum, correct := LossGrad(d, seq(0, d.Len()), m.Labels.Outputs(), mark, m.W, nil)
-	return sum / float64(d.Len()), float64(correct) / float64(d.Len())
-}
-
-// LossGrad computes, for the given rows of d, the summed loss and the number
-// of rows predicted correctly; when grad is not nil it adds the summed
-// gradient of the loss to it. outputs is 1 for binary logistic regression
-// (class 1 positive) or the number of classes for softmax regression.
-// mark[f] is the position of feature f's weights: w[mark[f]*outputs+c] for
-// output c (grad alike); features with mark[f] < 0 have weight zero and no
-// gradient.
-//
-// Logistic: loss = log(1+exp(-s·m)) with margin m = w·x and s = ±1, and
-// gradient (σ(m) - y)·x. Softmax: loss = log Σ_c exp(m_c) - m_y, gradient
-// (p_c - [c = y])·x for output c with p = softmax(m).
-func LossGrad(d *Dataset, rows []int, outputs int, mark []int32, w, grad []float32) (loss float64, correct int) {
-	z := make([]float64, outputs)
-	for _, r := range rows {
-		idx, val := d.Row(r)
-		for c := range z {
-			z[c] = 0
-		}
-		for j, f := range idx {
-			p := mark[f]
-			if p < 0 {
-				continue
+// pos returns the position of feature id in IDs, or -1.
+func (m *Model) pos(id uint64) int {
+	if m.lookup == nil {
+		if m.MaxID() < 1<<22 {
+			dense := make([]int32, m.MaxID()+1)
+			for i := range dense {
+				dense[i] = -1
 			}
-			x := float64(val[j])
-			ws := w[int(p)*outputs : int(p)*outputs+outputs]
-			for c, wc := range ws {
-				z[c] += float64(wc) * x
+			for i, f := range m.IDs {
+				dense[f] = int32(i)
 			}
-		}
-		y := int(d.Class[r])
-		if outputs == 1 {
-			m := z[0]
-			s := -1.0
-			if y == 1 {
-				s = 1
-			}
-			loss += softplus(-s * m)
-			if (m > 0) == (y == 1) {
-				correct++
-			}
-			z[0] = sigmoid(m) - float64(y)
-		} else {
-			best := 0
-			zmax := z[0]
-			for c, v := range z {
-				if v > zmax {
-					zmax, best = v, c
+			m.lookup = func(id uint64) int {
+				if id < uint64(len(dense)) {
+					return int(dense[id])
 				}
+				return -1
 			}
-			if best == y {
-				correct++
+		} else {
+			index := make(map[uint64]int32, len(m.IDs))
+			for i, f := range m.IDs {
+				index[f] = int32(i)
 			}
-			var se float64
-			for _, v := range z {
-				se += math.Exp(v - zmax)
+			m.lookup = func(id uint64) int {
+				if p, ok := index[id]; ok {
+					return int(p)
+				}
+				return -1
 			}
-			lse := zmax + math.Log(se)
-			loss += lse - z[y]
-			for c := range z {
-				z[c] = math.Exp(z[c] - lse)
-			}
-			z[y] -= 1
 		}
-		if grad == nil {
+	}
+	return m.lookup(id)
+}
+
+// margins computes the outputs Σ w·x of one example (feature ids and values,
+// nil: all 1) into z, the bias first, then the features in order; features
+// the model lacks count zero.
+func (m *Model) margins(ids []uint64, val []float32, z []float64) {
+	C := len(z)
+	clear(z)
+	if m.Bias != 0 {
+		if p := m.pos(0); p >= 0 {
+			for c := range z {
+				z[c] = float64(m.W[p*C+c]) * float64(m.Bias)
+			}
+		}
+	}
+	for j, id := range ids {
+		p := m.pos(id)
+		if p < 0 {
 			continue
 		}
-		for j, f := range idx {
-			p := mark[f]
-			if p < 0 {
-				continue
-			}
-			x := float64(val[j])
-			gs := grad[int(p)*outputs : int(p)*outputs+outputs]
-			for c := range gs {
-				gs[c] += float32(z[c] * x)
-			}
+		x := 1.0
+		if val != nil {
+			x = float64(val[j])
+		}
+		for c := range z {
+			z[c] += float64(m.W[p*C+c]) * x
 		}
 	}
-	return loss, correct
-}
-
-// sigmoid returns 1/(1+e^-x) without overflow.
-func sigmoid(x float64) float64 {
-	if x >= 0 {
-		return 1 / (1 + math.Exp(-x))
-	}
-	e := math.Exp(x)
-	return e / (1 + e)
-}
-
-// softplus returns log(1+e^x) without overflow.
-func softplus(x float64) float64 {
-	if x > 0 {
-		return x + math.Log1p(math.Exp(-x))
-	}
-	return math.Log1p(math.Exp(x))
 }
 
 // Write stores m as text: a header of "key value" lines, then "w FEATURE
-// OUTPUT WEIGHT" for every non-zero weight (see README.md).
+// OUTPUT WEIGHT" for every non-zero weight, followed by FTRL's Z and N when
+// the model keeps them (then also for zero weights with state). See
+// README.md.
 func (m *Model) Write(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	loss := "logistic"
@@ -161,43 +124,72 @@ func (m *Model) Write(w io.Writer) error {
 	for i, v := range m.Labels.Values {
 		labels[i] = strconv.FormatFloat(v, 'g', -1, 64)
 	}
-	c := m.Labels.Outputs()
-	fmt.Fprintf(bw, "%s\nloss %s\nlabels %s\noutputs %d\nfeatures %d\nbias %s\n",
-		modelFormat, loss, strings.Join(labels, " "), c, m.Features,
-		strconv.FormatFloat(float64(m.Bias), 'g', -1, 32))
+	C := m.Outputs()
+	state := "none"
+	if m.Z != nil {
+		state = "ftrl"
+	}
+	keep := func(i int) bool { return m.W[i] != 0 || (m.Z != nil && (m.Z[i] != 0 || m.N[i] != 0)) }
 	nnz := 0
-	for _, v := range m.W {
-		if v != 0 {
+	for i := range m.W {
+		if keep(i) {
 			nnz++
 		}
 	}
-	fmt.Fprintf(bw, "weights %d\n", nnz)
-	for i, v := range m.W {
-		if v != 0 {
-			fmt.Fprintf(bw, "w %d %d %s\n", i/c, i%c, strconv.FormatFloat(float64(v), 'g', -1, 32))
+	fmt.Fprintf(bw, "%s\nloss %s\nlabels %s\noutputs %d\nfeatures %d\nbias %s\nhash-bits %d\nstate %s\nweights %d\n",
+		modelFormat, loss, strings.Join(labels, " "), C, m.MaxID()+1,
+		strconv.FormatFloat(float64(m.Bias), 'g', -1, 32), m.HashBits, state, nnz)
+	var buf []byte
+	for i := range m.W {
+		if !keep(i) {
+			continue
+		}
+		buf = append(buf[:0], "w "...)
+		buf = strconv.AppendUint(buf, m.IDs[i/C], 10)
+		buf = append(buf, ' ')
+		buf = strconv.AppendInt(buf, int64(i%C), 10)
+		buf = append(buf, ' ')
+		buf = strconv.AppendFloat(buf, float64(m.W[i]), 'g', -1, 32)
+		if m.Z != nil {
+			buf = append(buf, ' ')
+			buf = strconv.AppendFloat(buf, m.Z[i], 'g', -1, 64)
+			buf = append(buf, ' ')
+			buf = strconv.AppendFloat(buf, m.N[i], 'g', -1, 64)
+		}
+		buf = append(buf, '\n')
+		if _, err := bw.Write(buf); err != nil {
+			return err
 		}
 	}
 	return bw.Flush()
 }
 
-// ReadModel parses a model written by Model.Write.
+// ReadModel parses a model written by Model.Write (or by version 1).
 func ReadModel(r io.Reader) (*Model, error) {
 	sc := bufio.NewScanner(r)
 	line := 0
 	fail := func(format string, args ...any) (*Model, error) {
 		return nil, fmt.Errorf("model line %d: %s", line, fmt.Sprintf(format, args...))
 	}
-	if !sc.Scan() || sc.Text() != modelFormat {
-		line = 1
+	line = 1
+	if !sc.Scan() || (sc.Text() != modelFormat && sc.Text() != modelFormatV1) {
 		if err := sc.Err(); err != nil {
 			return nil, err
 		}
 		return fail("want %q", modelFormat)
 	}
-	line = 1
-	m := &Model{Features: -1}
+	m := &Model{}
 	outputs, weights, seen := -1, -1, 0
-	haveLoss := false
+	haveLoss, header := false, true
+	state := "none"
+	type wline struct {
+		id     uint64
+		out    int
+		w      float32
+		z, n   float64
+		lineNo int
+	}
+	var ws []wline
 	for sc.Scan() {
 		line++
 		f := strings.Fields(sc.Text())
@@ -205,21 +197,43 @@ func ReadModel(r io.Reader) (*Model, error) {
 			continue
 		}
 		if f[0] == "w" {
-			if m.W == nil {
+			if header {
 				return fail("weights before the header is complete")
 			}
-			if len(f) != 4 {
+			want := 4
+			if state == "ftrl" {
+				want = 6
+			}
+			if len(f) != want {
+				if want == 6 {
+					return fail("want: w FEATURE OUTPUT WEIGHT Z N")
+				}
 				return fail("want: w FEATURE OUTPUT WEIGHT")
 			}
-			feat, err1 := strconv.Atoi(f[1])
+			id, err1 := strconv.ParseUint(f[1], 10, 64)
 			out, err2 := strconv.Atoi(f[2])
 			v, err3 := strconv.ParseFloat(f[3], 32)
-			if err1 != nil || err2 != nil || err3 != nil || feat < 0 || feat >= m.Features || out < 0 || out >= outputs {
+			if err1 != nil || err2 != nil || err3 != nil || out < 0 || out >= outputs || math.IsNaN(v) || math.IsInf(v, 0) {
 				return fail("bad weight %q", sc.Text())
 			}
-			m.W[feat*outputs+out] = float32(v)
+			if (m.HashBits == 0 && id > maxFeatureID) || (m.HashBits > 0 && id >= 1<<m.HashBits) {
+				return fail("feature id %d out of range", id)
+			}
+			wl := wline{id: id, out: out, w: float32(v), lineNo: line}
+			if state == "ftrl" {
+				z, err1 := strconv.ParseFloat(f[4], 64)
+				n, err2 := strconv.ParseFloat(f[5], 64)
+				if err1 != nil || err2 != nil || n < 0 || math.IsNaN(z) || math.IsInf(z, 0) || math.IsInf(n, 0) {
+					return fail("bad state %q", sc.Text())
+				}
+				wl.z, wl.n = z, n
+			}
+			ws = append(ws, wl)
 			seen++
 			continue
+		}
+		if !header {
+			return fail("header line %q after the weights began", f[0])
 		}
 		if len(f) < 2 {
 			return fail("want a key and a value")
@@ -246,21 +260,28 @@ func ReadModel(r io.Reader) (*Model, error) {
 		case "outputs":
 			outputs, err = strconv.Atoi(f[1])
 		case "features":
-			m.Features, err = strconv.Atoi(f[1])
+			_, err = strconv.ParseUint(f[1], 10, 64) // informative only
 		case "bias":
 			var b float64
 			b, err = strconv.ParseFloat(f[1], 32)
 			m.Bias = float32(b)
+		case "hash-bits":
+			m.HashBits, err = strconv.Atoi(f[1])
+			if err == nil && (m.HashBits < 0 || m.HashBits > maxHashBits) {
+				return fail("hash-bits %d out of range", m.HashBits)
+			}
+		case "state":
+			state = f[1]
+			if state != "none" && state != "ftrl" {
+				return fail("unknown state %q", state)
+			}
 		case "weights":
 			weights, err = strconv.Atoi(f[1])
 			if err == nil {
-				if !haveLoss || len(m.Labels.Values) < 2 || outputs != m.Labels.Outputs() || m.Features < 1 || weights < 0 {
+				if !haveLoss || len(m.Labels.Values) < 2 || outputs != m.Labels.Outputs() || weights < 0 {
 					return fail("incomplete or inconsistent header")
 				}
-				if m.Features > maxFeatureID+1 || int64(m.Features)*int64(outputs) > maxModelKeys {
-					return fail("%d features × %d outputs: more than %d weights", m.Features, outputs, maxModelKeys)
-				}
-				m.W = make([]float32, m.Features*outputs)
+				header = false
 			}
 		default:
 			return fail("unknown key %q", f[0])
@@ -272,11 +293,204 @@ func ReadModel(r io.Reader) (*Model, error) {
 	if err := sc.Err(); err != nil {
 		return nil, err
 	}
-	if m.W == nil {
+	if header {
 		return fail("no weights line")
 	}
 	if seen != weights {
 		return fail("%d weights but the header says %d", seen, weights)
 	}
+	slices.SortStableFunc(ws, func(a, b wline) int {
+		switch {
+		case a.id != b.id:
+			if a.id < b.id {
+				return -1
+			}
+			return 1
+		}
+		return a.out - b.out
+	})
+	C := outputs
+	for i, wl := range ws {
+		if i > 0 && wl.id == ws[i-1].id && wl.out == ws[i-1].out {
+			line = wl.lineNo
+			return fail("a second weight for feature %d output %d", wl.id, wl.out)
+		}
+		if len(m.IDs) == 0 || m.IDs[len(m.IDs)-1] != wl.id {
+			m.IDs = append(m.IDs, wl.id)
+			m.W = append(m.W, make([]float32, C)...)
+			if state == "ftrl" {
+				m.Z = append(m.Z, make([]float64, C)...)
+				m.N = append(m.N, make([]float64, C)...)
+			}
+		}
+		p := (len(m.IDs)-1)*C + wl.out
+		m.W[p] = wl.w
+		if state == "ftrl" {
+			m.Z[p], m.N[p] = wl.z, wl.n
+		}
+	}
+	if state == "ftrl" && m.Z == nil {
+		m.Z, m.N = []float64{}, []float64{}
+	}
 	return m, nil
+}
+
+// readModelFile reads the model at path.
+func readModelFile(path string) (*Model, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	m, err := ReadModel(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return m, nil
+}
+
+// ScoreFile scores m on the data at path (the first limit examples when
+// limit > 0), reading it as a stream: memory grows with the distinct
+// feature ids, not with the examples. With pred not nil it writes a
+// prediction per example: a first line "labels L0 L1 ..." (the classes in
+// model order), then per example the predicted label and the probability
+// of each class, in the format of liblinear-predict -b 1.
+func ScoreFile(m *Model, path string, limit int, pred io.Writer) (*Metrics, error) {
+	var bw *bufio.Writer
+	if pred != nil {
+		bw = bufio.NewWriterSize(pred, 1<<16)
+		fmt.Fprint(bw, "labels")
+		for _, v := range m.Labels.Values {
+			fmt.Fprintf(bw, " %s", strconv.FormatFloat(v, 'g', -1, 64))
+		}
+		fmt.Fprintln(bw)
+	}
+	C := m.Outputs()
+	met := newMetrics(C == 1)
+	z := make([]float64, C)
+	prob := make([]float64, m.Labels.K())
+	var ids []uint64
+	var buf []byte
+	rows := 0
+	vocab := NewVocab()
+	score := func(label float64, idx []int32, val []float32) error {
+		rows++
+		y := m.Labels.classOf(label)
+		if y < 0 {
+			return fmt.Errorf("label %v is not one of the model's classes %v", label, m.Labels.Values)
+		}
+		ids = ids[:0]
+		for _, f := range idx {
+			ids = append(ids, vocab.IDs[f])
+		}
+		m.margins(ids, val, z)
+		if C == 1 {
+			pos := y == 1
+			sign := -1.0
+			if pos {
+				sign = 1
+			}
+			met.LossSum += softplus(-sign * z[0])
+			if (z[0] > 0) == pos {
+				met.Correct++
+			}
+			met.add(z[0], pos)
+			prob[1] = sigmoid(z[0])
+			prob[0] = 1 - prob[1]
+		} else {
+			best, zmax := 0, z[0]
+			for c, v := range z {
+				if v > zmax {
+					best, zmax = c, v
+				}
+			}
+			var se float64
+			for _, v := range z {
+				se += math.Exp(v - zmax)
+			}
+			lse := zmax + math.Log(se)
+			met.LossSum += lse - z[y]
+			if best == y {
+				met.Correct++
+			}
+			for c := range z {
+				prob[c] = math.Exp(z[c] - lse)
+			}
+		}
+		met.N++
+		if bw != nil {
+			best := 0
+			for c := range prob {
+				if prob[c] > prob[best] {
+					best = c
+				}
+			}
+			buf = strconv.AppendFloat(buf[:0], m.Labels.Values[best], 'g', -1, 64)
+			for _, p := range prob {
+				buf = append(buf, ' ')
+				buf = strconv.AppendFloat(buf, p, 'g', 6, 64)
+			}
+			buf = append(buf, '\n')
+			if _, err := bw.Write(buf); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	o := ReadOptions{Limit: limit, HashBits: m.HashBits, Vocab: vocab}
+	if err := StreamData(path, o, score); err != nil {
+		return nil, err
+	}
+	if bw != nil {
+		if err := bw.Flush(); err != nil {
+			return nil, err
+		}
+	}
+	return met, nil
+}
+
+// StreamData calls row for every example of the data at path (LIBSVM or
+// IDX, as LoadData reads), in order, without keeping them; idx are local
+// indices of o.Vocab.
+func StreamData(path string, o ReadOptions, row func(label float64, idx []int32, val []float32) error) error {
+	if o.Vocab == nil {
+		o.Vocab = NewVocab()
+	}
+	o.Rank, o.Workers = 0, 1
+	var in io.Reader
+	name := path
+	if path == "-" {
+		in, name = os.Stdin, "standard input"
+	} else {
+		images, _, _ := strings.Cut(path, ",")
+		f, err := openMaybeGzip(images)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		br := bufio.NewReaderSize(f, 1<<20)
+		if head, err := br.Peek(4); err == nil && head[0] == 0 && head[1] == 0 && head[2] == 0x08 && head[3] == 3 {
+			// IDX files are small: load, then stream the rows.
+			d, err := LoadData(path, o)
+			if err != nil {
+				return err
+			}
+			for i := 0; i < d.Len(); i++ {
+				idx, val := d.Row(i)
+				if err := row(d.Label[i], idx, val); err != nil {
+					return fmt.Errorf("%s: example %d: %w", path, i+1, err)
+				}
+			}
+			return nil
+		}
+		in, name = br, images
+	}
+	p := newLIBSVMParser(name, o)
+	p.onRow = row
+	err := p.scan(in, -1)
+	var pe *ParseError
+	if err != nil && !errors.As(err, &pe) {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return err
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"math"
+	"math/bits"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -24,32 +26,48 @@ const (
 	ctrlBase  uint64 = 1 << 62
 )
 
-// statsFields is the number of values a worker reports per epoch: summed
-// loss, examples, examples predicted correctly, seconds spent.
-const statsFields = 4
+// Statistics keys: worker rank's field f of round r (the census is round 0,
+// then one round per epoch, over all folds) is statsKey(r, rank, f).
+const (
+	statsFieldBits = 20
+	statsRankBits  = 12
+	maxStatsRound  = 1<<(61-statsFieldBits-statsRankBits) - 1
+)
 
-// statsKey returns the key of field f of worker rank's report for round r
-// (a round is one epoch of one fold).
-func statsKey(round, rank, workers, f int) uint64 {
-	return statsBase + uint64((round*workers+rank)*statsFields+f)
+// statsKey returns the key of field f of worker rank's statistics for round r.
+func statsKey(round, rank, f int) uint64 {
+	return statsBase | uint64(round)<<(statsFieldBits+statsRankBits) | uint64(rank)<<statsFieldBits | uint64(f)
 }
 
-// Request kinds, in the low two bits of a request's command; the step
+// statsRound returns the round of a statistics key.
+func statsRound(k uint64) int { return int((k - statsBase) >> (statsFieldBits + statsRankBits)) }
+
+// Request kinds, in the low three bits of a request's command; the step
 // number is in the bits above.
 const (
-	kindTrain = 0 // pushes of gradients, pulls of weights under the consistency model
-	kindStats = 1 // per-epoch reports: a pull waits until every key asked for was pushed
-	kindFinal = 2 // pulls answered at once (after the workers' final barrier)
+	kindTrain    = 0 // pushes of gradients, pulls of weights under the consistency model
+	kindStats    = 1 // statistics: a pull waits until every key asked for was pushed
+	kindFinal    = 2 // pulls of weights answered at once (the workers synchronise before)
+	kindInit     = 3 // pushes of a saved model's state (warm start): W, Z, N per key
+	kindSnapshot = 4 // pushes of one control key: save the model (step = round) or restore it
+	kindDump     = 5 // pull of a control key: every model key of the server below its value, with state
+)
+
+// Snapshot commands, the step of a kindSnapshot push.
+const (
+	snapshotRestore = 0 // restore the last saved model
+	// a positive step saves the model, once per round: every worker asks
+	// and the first request of a round is the one that counts
 )
 
 // maxStep is the largest step number a command can carry.
-const maxStep = math.MaxInt32 >> 2
+const maxStep = math.MaxInt32 >> 3
 
 // command packs a request kind and a step into a KV command.
-func command(kind, step int) int { return step<<2 | kind }
+func command(kind, step int) int { return step<<3 | kind }
 
 // splitCommand is the inverse of command.
-func splitCommand(cmd int) (kind, step int) { return cmd & 3, cmd >> 2 }
+func splitCommand(cmd int) (kind, step int) { return cmd & 7, cmd >> 3 }
 
 // SyncMode is a consistency model.
 type SyncMode int
@@ -82,8 +100,8 @@ func (m SyncMode) String() string {
 	return [...]string{"asp", "bsp", "ssp"}[m]
 }
 
-// Responder answers a request; KVServer.Response in a job, a recorder in
-// tests.
+// Responder answers a request; KVServer.ZResponse in a job, a recorder in
+// tests. The response's slices are not changed afterwards.
 type Responder func(meta kv.KVMeta, res kv.KVPairs[float32]) error
 
 // held is a pull waiting for its consistency condition.
@@ -96,7 +114,7 @@ type held struct {
 }
 
 // stepBuf collects the gradients of one BSP step. The step being applied
-// (Store.applied) sums them next to the weights, in the pages (keys lists
+// (Store.applied) sums them next to the weights, in the table (keys lists
 // the keys that hold a sum). A later step can be pending too: a worker whose
 // batch for step t+1 has no key on this server pulls nothing here and may
 // push t+1 (control keys only) before another worker's step t arrives; its
@@ -116,26 +134,26 @@ type ServerStats struct {
 	HeldTime        time.Duration // their total waiting time
 	MaxHeld         time.Duration // the longest wait
 	StepsApplied    int           // BSP: steps applied
-	Keys            int           // model keys created
+	Keys            int           // model keys created (by a push)
 	BufferedMaxKeys int           // BSP: most keys buffered for one step
 }
 
-// Store is a server's request handle: it keeps the weights of the keys in
-// its range, created on first touch, updates them with an Optimizer, and
-// enforces the consistency model by holding pull responses.
+// Store is a server's request handle: it keeps the state of the keys in its
+// range that were pushed, updates them with an Optimizer, and enforces the
+// consistency model by holding pull responses.
 type Store struct {
 	mu        sync.Mutex // guards everything below
 	opt       Optimizer
 	mode      SyncMode
 	staleness int
 	workers   int
-	pages     map[uint64]*page // model keys, by key >> pageBits
-	lastIdx   uint64           // the page param used last, a cache
-	last      *page
-	stats     map[uint64]float32
-	pending   map[int]*stepBuf // BSP: step -> gradient sums
-	applied   int              // BSP: steps 0..applied-1 are applied
-	clock     []int            // SSP: clock[w] = steps worker w has pushed
+	params    table
+	saved     *table                     // the snapshot (early stopping's best model)
+	savedAt   int                        // the round it was saved for
+	stats     map[int]map[uint64]float32 // by round
+	pending   map[int]*stepBuf           // BSP: step -> gradient sums
+	applied   int                        // BSP: steps 0..applied-1 are applied
+	clock     []int                      // SSP: clock[w] = steps worker w has pushed
 	held      []held
 	st        ServerStats
 	errs      []error
@@ -149,8 +167,7 @@ func NewStore(opt Optimizer, mode SyncMode, staleness, workers int) *Store {
 		mode:      mode,
 		staleness: staleness,
 		workers:   workers,
-		pages:     make(map[uint64]*page),
-		stats:     make(map[uint64]float32),
+		stats:     make(map[int]map[uint64]float32),
 		pending:   make(map[int]*stepBuf),
 		clock:     make([]int, workers),
 	}
@@ -158,7 +175,7 @@ func NewStore(opt Optimizer, mode SyncMode, staleness, workers int) *Store {
 
 // Handle is the KVServer request handle.
 func (s *Store) Handle(meta kv.KVMeta, data kv.KVPairs[float32], srv *kv.KVServer[float32]) {
-	s.Serve(meta, data, srv.Response)
+	s.Serve(meta, data, srv.ZResponse)
 }
 
 // reply is a response to send once the lock is released.
@@ -176,11 +193,13 @@ func (s *Store) Serve(meta kv.KVMeta, data kv.KVPairs[float32], respond Responde
 	if meta.Push {
 		switch kind {
 		case kindStats:
-			for i, k := range data.Keys {
-				s.stats[k] = data.Vals[i]
-			}
+			s.pushStats(data)
 		case kindTrain:
 			s.push(worker, step, data)
+		case kindInit:
+			s.init(data)
+		case kindSnapshot:
+			s.snapshot(step)
 		default:
 			s.errs = append(s.errs, fmt.Errorf("push of kind %d from worker %d", kind, worker))
 		}
@@ -190,16 +209,20 @@ func (s *Store) Serve(meta kv.KVMeta, data kv.KVPairs[float32], respond Responde
 		out = s.release(out)
 	}
 	if meta.Pull {
-		if kind == kindTrain {
-			s.st.Pulls++
-		}
-		if s.ready(kind, step, data.Keys) {
-			out = append(out, reply{meta, s.values(data.Keys)})
-		} else {
+		switch {
+		case kind == kindDump:
+			out = append(out, reply{meta, s.dump(data.Keys)})
+		case s.ready(kind, step, data.Keys):
 			if kind == kindTrain {
+				s.st.Pulls++
+			}
+			out = append(out, reply{meta, s.values(data.Keys)})
+		default:
+			if kind == kindTrain {
+				s.st.Pulls++
 				s.st.Held++
 			}
-			s.held = append(s.held, held{meta: meta, keys: append([]uint64(nil), data.Keys...), kind: kind, step: step, since: time.Now()})
+			s.held = append(s.held, held{meta: meta, keys: slices.Clone(data.Keys), kind: kind, step: step, since: time.Now()})
 		}
 	}
 	s.mu.Unlock()
@@ -210,6 +233,80 @@ func (s *Store) Serve(meta kv.KVMeta, data kv.KVPairs[float32], respond Responde
 			s.mu.Unlock()
 		}
 	}
+}
+
+// pushStats stores statistics; a push of round r forgets rounds before r-1,
+// which every worker has pulled by then.
+func (s *Store) pushStats(data kv.KVPairs[float32]) {
+	for i, k := range data.Keys {
+		r := statsRound(k)
+		m := s.stats[r]
+		if m == nil {
+			m = make(map[uint64]float32)
+			s.stats[r] = m
+			for old := range s.stats {
+				if old < r-1 {
+					delete(s.stats, old)
+				}
+			}
+		}
+		m[k] = data.Vals[i]
+	}
+}
+
+// init sets the state of keys from a saved model: W, Z, N per key, each a
+// float64 in two float32s (see packFloat64).
+func (s *Store) init(data kv.KVPairs[float32]) {
+	if len(data.Vals) != 6*len(data.Keys) {
+		s.errs = append(s.errs, fmt.Errorf("init push with %d values for %d keys", len(data.Vals), len(data.Keys)))
+		return
+	}
+	for i, k := range data.Keys {
+		if k >= statsBase {
+			continue
+		}
+		v := data.Vals[6*i:]
+		p := &s.entry(k).p
+		p.W, p.Z, p.N = unpackFloat64(v[0:2]), unpackFloat64(v[2:4]), unpackFloat64(v[4:6])
+	}
+}
+
+// snapshot saves the model (cmd > 0: for round cmd, once) or restores the
+// saved one.
+func (s *Store) snapshot(cmd int) {
+	switch {
+	case cmd == snapshotRestore:
+		if s.saved != nil {
+			s.params = s.saved.clone()
+		}
+	case cmd > s.savedAt:
+		saved := s.params.clone()
+		s.saved = &saved
+		s.savedAt = cmd
+	}
+}
+
+// dump answers a kindDump pull of a control key: the value of control key
+// ctrlBase+s is ignored; the answer is one value list holding, for every
+// model key k below statsBase, key, W, Z, N as four float64s in two float32s
+// each, in key order.
+func (s *Store) dump(keys []uint64) kv.KVPairs[float32] {
+	var ks []uint64
+	s.params.each(func(e *entry) { ks = append(ks, e.key-1) })
+	slices.Sort(ks)
+	vals := make([]float32, 0, 8*len(ks))
+	for _, k := range ks {
+		p := &s.params.find(k).p
+		vals = appendUint64(vals, k)
+		vals = appendFloat64(vals, p.W)
+		vals = appendFloat64(vals, p.Z)
+		vals = appendFloat64(vals, p.N)
+	}
+	lens := make([]int32, len(keys))
+	if len(lens) > 0 {
+		lens[0] = int32(len(vals))
+	}
+	return kv.KVPairs[float32]{Keys: keys, Vals: vals, Lens: lens}
 }
 
 // push applies or buffers a training push of worker for step.
@@ -249,15 +346,12 @@ func (s *Store) push(worker, step int, data kv.KVPairs[float32]) {
 				b.grads[k] += g
 				continue
 			}
-			pg, j := s.slot(k)
-			if pg.bsp == nil {
-				pg.bsp = new(pageStep)
-			}
-			if !pg.bsp.inStep[j] {
-				pg.bsp.inStep[j] = true
+			e := s.entry(k)
+			if !e.inStep {
+				e.inStep = true
 				b.keys = append(b.keys, k)
 			}
-			pg.bsp.grad[j] += g
+			e.g += g
 		}
 		s.st.BufferedMaxKeys = max(s.st.BufferedMaxKeys, len(b.keys)+len(b.grads))
 		b.pushers[worker] = true
@@ -268,13 +362,13 @@ func (s *Store) push(worker, step int, data kv.KVPairs[float32]) {
 				break
 			}
 			for _, k := range b.keys {
-				pg, j := s.slot(k)
-				g := pg.bsp.grad[j]
-				pg.bsp.grad[j], pg.bsp.inStep[j] = 0, false
-				s.opt.Update(&pg.params[j], g, 1, b.rate)
+				e := s.params.find(k)
+				g := e.g
+				e.g, e.inStep = 0, false
+				s.opt.Update(&e.p, g, 1, b.rate)
 			}
 			for k, g := range b.grads {
-				s.opt.Update(s.param(k), g, 1, b.rate)
+				s.opt.Update(&s.entry(k).p, g, 1, b.rate)
 			}
 			delete(s.pending, s.applied)
 			s.applied++
@@ -284,7 +378,7 @@ func (s *Store) push(worker, step int, data kv.KVPairs[float32]) {
 	}
 	for i, k := range data.Keys {
 		if k < statsBase {
-			s.opt.Update(s.param(k), float64(data.Vals[i]), share, rate)
+			s.opt.Update(&s.entry(k).p, float64(data.Vals[i]), share, rate)
 		}
 	}
 	if s.mode == SSP && worker < len(s.clock) {
@@ -292,50 +386,13 @@ func (s *Store) push(worker, step int, data kv.KVPairs[float32]) {
 	}
 }
 
-// pageBits sets the size of the blocks in which a Store allocates keys.
-const pageBits = 10
-
-// page holds the state of 1<<pageBits consecutive keys; a key exists once
-// touched. Under BSP, bsp sums the step being applied.
-type page struct {
-	params  [1 << pageBits]Param
-	touched [1 << pageBits]bool
-	bsp     *pageStep // allocated by the first BSP push to the page
-}
-
-// pageStep sums the gradient of the BSP step being applied for the keys of
-// a page marked inStep.
-type pageStep struct {
-	grad   [1 << pageBits]float64
-	inStep [1 << pageBits]bool
-}
-
-// param returns key k's state, creating it on first touch.
-func (s *Store) param(k uint64) *Param {
-	pg, j := s.slot(k)
-	return &pg.params[j]
-}
-
-// slot returns the page and index of key k, creating the key on first
-// touch. Keys are kept in pages of consecutive keys, so that the dense keys
-// of a model cost one map look-up per page rather than per key.
-func (s *Store) slot(k uint64) (*page, int) {
-	idx := k >> pageBits
-	pg := s.last
-	if pg == nil || idx != s.lastIdx {
-		pg = s.pages[idx]
-		if pg == nil {
-			pg = new(page)
-			s.pages[idx] = pg
-		}
-		s.last, s.lastIdx = pg, idx
-	}
-	j := int(k & (1<<pageBits - 1))
-	if !pg.touched[j] {
-		pg.touched[j] = true
+// entry returns key k's entry, creating it on first touch.
+func (s *Store) entry(k uint64) *entry {
+	e, created := s.params.get(k)
+	if created {
 		s.st.Keys++
 	}
-	return pg, j
+	return e
 }
 
 // ready reports whether a pull of keys of the given kind at step may be
@@ -344,7 +401,7 @@ func (s *Store) ready(kind, step int, keys []uint64) bool {
 	switch kind {
 	case kindStats:
 		for _, k := range keys {
-			if _, ok := s.stats[k]; !ok {
+			if _, ok := s.stats[statsRound(k)][k]; !ok {
 				return false
 			}
 		}
@@ -368,21 +425,27 @@ func (s *Store) minClock() int {
 	return m
 }
 
-// values returns the current weights (or statistics) of keys.
+// values returns the current weights (or statistics) of keys; a key never
+// pushed has weight 0 and is not created.
 func (s *Store) values(keys []uint64) kv.KVPairs[float32] {
 	res := kv.KVPairs[float32]{Keys: keys, Vals: make([]float32, len(keys))}
 	for i, k := range keys {
 		if k >= statsBase {
-			res.Vals[i] = s.stats[k]
+			res.Vals[i] = s.stats[statsRound(k)][k]
 			continue
 		}
-		res.Vals[i] = float32(s.param(k).W)
+		if e := s.params.find(k); e != nil {
+			res.Vals[i] = float32(e.p.W)
+		}
 	}
 	return res
 }
 
 // release appends the answers of the held pulls that are now ready.
 func (s *Store) release(out []reply) []reply {
+	if len(s.held) == 0 {
+		return out
+	}
 	kept := s.held[:0]
 	now := time.Now()
 	for _, h := range s.held {
@@ -416,8 +479,8 @@ func (s *Store) Stats() (ServerStats, []error) {
 func (s *Store) Weight(k uint64) float64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if pg := s.pages[k>>pageBits]; pg != nil {
-		return pg.params[k&(1<<pageBits-1)].W
+	if e := s.params.find(k); e != nil {
+		return e.p.W
 	}
 	return 0
 }
@@ -446,6 +509,119 @@ func (st ServerStats) Summary(mode SyncMode) string {
 	}
 	return b.String()
 }
+
+// entry is a key's slot in a table: its optimiser state and, under BSP,
+// the sum of the gradients of the step being applied.
+type entry struct {
+	key    uint64 // key + 1; 0 marks an empty slot
+	p      Param
+	g      float64
+	inStep bool
+}
+
+// table is an open-addressing hash table (linear probing) from keys to
+// entries. It holds only the keys pushed, however sparse they are (hashed
+// features spread a few keys over a large space): 48-byte entries, at most
+// 3/4 full, so 64 to 128 bytes per key.
+type table struct {
+	slots []entry
+	n     int
+	shift uint // 64 - log2(len(slots))
+}
+
+// home returns the slot where the search for key k starts (Fibonacci
+// hashing).
+func (t *table) home(k uint64) uint64 { return (k * 0x9e3779b97f4a7c15) >> t.shift }
+
+// find returns key k's entry, or nil when k was never pushed.
+func (t *table) find(k uint64) *entry {
+	if t.n == 0 {
+		return nil
+	}
+	mask := uint64(len(t.slots) - 1)
+	for i := t.home(k); ; i = (i + 1) & mask {
+		e := &t.slots[i]
+		if e.key == k+1 {
+			return e
+		}
+		if e.key == 0 {
+			return nil
+		}
+	}
+}
+
+// get returns key k's entry, creating it (all zero) when new.
+func (t *table) get(k uint64) (e *entry, created bool) {
+	if 4*(t.n+1) > 3*len(t.slots) {
+		t.grow()
+	}
+	mask := uint64(len(t.slots) - 1)
+	for i := t.home(k); ; i = (i + 1) & mask {
+		e := &t.slots[i]
+		if e.key == k+1 {
+			return e, false
+		}
+		if e.key == 0 {
+			e.key = k + 1
+			t.n++
+			return e, true
+		}
+	}
+}
+
+// grow doubles the table.
+func (t *table) grow() {
+	old := t.slots
+	n := max(1024, 2*len(old))
+	t.slots = make([]entry, n)
+	t.shift = uint(64 - bits.TrailingZeros(uint(n)))
+	mask := uint64(n - 1)
+	for _, e := range old {
+		if e.key == 0 {
+			continue
+		}
+		i := t.home(e.key - 1)
+		for t.slots[i].key != 0 {
+			i = (i + 1) & mask
+		}
+		t.slots[i] = e
+	}
+}
+
+// each calls f for every entry.
+func (t *table) each(f func(e *entry)) {
+	for i := range t.slots {
+		if e := &t.slots[i]; e.key != 0 {
+			f(e)
+		}
+	}
+}
+
+// clone returns a copy.
+func (t *table) clone() table {
+	return table{slots: slices.Clone(t.slots), n: t.n, shift: t.shift}
+}
+
+// appendFloat64 appends x as two float32s carrying its bits (high word
+// first). The values are only ever copied, never computed with, so every
+// bit pattern survives the trip.
+func appendFloat64(dst []float32, x float64) []float32 {
+	return appendUint64(dst, math.Float64bits(x))
+}
+
+// appendUint64 appends u as two float32s carrying its bits (high word
+// first).
+func appendUint64(dst []float32, u uint64) []float32 {
+	return append(dst, math.Float32frombits(uint32(u>>32)), math.Float32frombits(uint32(u)))
+}
+
+// unpackUint64 is the inverse of appendUint64.
+func unpackUint64(v []float32) uint64 {
+	return uint64(math.Float32bits(v[0]))<<32 | uint64(math.Float32bits(v[1]))
+}
+
+// unpackFloat64 is the inverse of appendFloat64.
+func unpackFloat64(v []float32) float64 { return math.Float64frombits(unpackUint64(v)) }
 
 // keyRouter sends model keys to servers by splitting each fold's key space
 // [0, numKeys) into equal contiguous parts, statistics keys to server 0 and

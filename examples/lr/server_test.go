@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
@@ -72,13 +73,13 @@ func pull(s *Store, r *recorder, worker, kind, step int, keys []uint64) int {
 }
 
 func TestCommand(t *testing.T) {
-	for _, c := range [][2]int{{kindTrain, 0}, {kindStats, 7}, {kindFinal, maxStep}} {
+	for _, c := range [][2]int{{kindTrain, 0}, {kindStats, 7}, {kindFinal, maxStep}, {kindDump, 3}} {
 		k, s := splitCommand(command(c[0], c[1]))
 		if k != c[0] || s != c[1] {
 			t.Errorf("%v -> %d %d", c, k, s)
 		}
 	}
-	if command(kindFinal, maxStep) > math.MaxInt32 {
+	if command(kindDump, maxStep) > math.MaxInt32 {
 		t.Error("maxStep overflows the int32 head")
 	}
 }
@@ -93,7 +94,8 @@ func TestASPAppliesAtOnce(t *testing.T) {
 		t.Errorf("pulled %v", got)
 	}
 	st, errs := s.Stats()
-	if st.Keys != 3 || st.Pushes != 2 || st.Held != 0 || len(errs) != 0 {
+	// Key 3 was only pulled: it is not created.
+	if st.Keys != 2 || st.Pushes != 2 || st.Held != 0 || len(errs) != 0 {
 		t.Errorf("stats %+v, errors %v", st, errs)
 	}
 }
@@ -186,7 +188,7 @@ func TestSSPBoundsStaleness(t *testing.T) {
 func TestStatsPullWaitsForEveryReport(t *testing.T) {
 	s := NewStore(SGD{LR: 1}, ASP, 0, 2)
 	r := &recorder{}
-	keys := []uint64{statsKey(0, 0, 2, 0), statsKey(0, 1, 2, 0)}
+	keys := []uint64{statsKey(0, 0, 0), statsKey(0, 1, 0)}
 	ts := pull(s, r, 0, kindStats, 0, keys)
 	push := func(k uint64, v float32) {
 		meta := kv.KVMeta{Cmd: command(kindStats, 0), Push: true, Sender: message.WorkerRankToID(0)}
@@ -265,5 +267,120 @@ func TestSlicer(t *testing.T) {
 	}
 	if _, err := r.Slicer(kv.KVPairs[float32]{Keys: []uint64{ctrlBase + 3}}, ranges); err == nil {
 		t.Error("control key of a fourth server accepted")
+	}
+}
+
+// TestStatsRoundsAreForgotten checks that the statistics of round r are
+// dropped once round r+2 begins, when every worker has pulled them.
+func TestStatsRoundsAreForgotten(t *testing.T) {
+	s := NewStore(SGD{LR: 1}, ASP, 0, 1)
+	r := &recorder{}
+	push := func(round int) {
+		meta := kv.KVMeta{Cmd: command(kindStats, 0), Push: true, Sender: message.WorkerRankToID(0)}
+		s.Serve(meta, kv.KVPairs[float32]{Keys: []uint64{statsKey(round, 0, 0), statsKey(round, 0, 1)}, Vals: []float32{1, 2}}, r.respond)
+	}
+	for round := 0; round < 5; round++ {
+		push(round)
+	}
+	s.mu.Lock()
+	var rounds []int
+	for k := range s.stats {
+		rounds = append(rounds, k)
+	}
+	s.mu.Unlock()
+	slices.Sort(rounds)
+	if !slices.Equal(rounds, []int{3, 4}) {
+		t.Errorf("rounds kept %v, want [3 4]", rounds)
+	}
+	if statsRound(statsKey(maxStatsRound, 4095, 1<<statsFieldBits-1)) != maxStatsRound || statsKey(maxStatsRound, 4095, 0) >= ctrlBase {
+		t.Error("the largest statistics key leaves its range")
+	}
+}
+
+// TestSnapshotDumpInit saves the model, changes it, restores it, dumps it
+// and loads it into another store.
+func TestSnapshotDumpInit(t *testing.T) {
+	opt := FTRL{Alpha: 0.1, Beta: 1}
+	s := NewStore(opt, ASP, 0, 1)
+	r := &recorder{}
+	pushTrain(s, r, 0, 0, []uint64{3, 7}, []float32{0.5, -0.25})
+	snap := func(cmd int) {
+		meta := kv.KVMeta{Cmd: command(kindSnapshot, cmd), Push: true, Sender: message.WorkerRankToID(0)}
+		s.Serve(meta, kv.KVPairs[float32]{Keys: []uint64{ctrlBase}, Vals: []float32{0}}, r.respond)
+	}
+	snap(1)
+	w3, w7 := s.Weight(3), s.Weight(7)
+	pushTrain(s, r, 0, 1, []uint64{3, 9}, []float32{1, 1})
+	snap(1) // a second request for the same round does not save again
+	if s.Weight(3) == w3 || s.Weight(9) == 0 {
+		t.Fatal("the push changed nothing")
+	}
+	snap(snapshotRestore)
+	if s.Weight(3) != w3 || s.Weight(7) != w7 || s.Weight(9) != 0 {
+		t.Errorf("restored %v %v %v, want %v %v 0", s.Weight(3), s.Weight(7), s.Weight(9), w3, w7)
+	}
+	r.ts++
+	meta := kv.KVMeta{Cmd: command(kindDump, 0), Pull: true, Sender: message.WorkerRankToID(0), Timestamp: r.ts}
+	s.Serve(meta, kv.KVPairs[float32]{Keys: []uint64{ctrlBase}}, r.respond)
+	var dump kv.KVPairs[float32]
+	for i, m := range r.got {
+		if m.Timestamp == r.ts {
+			dump = r.res[i]
+		}
+	}
+	if len(dump.Vals) != 16 || !slices.Equal(dump.Lens, []int32{16}) || unpackUint64(dump.Vals[0:]) != 3 || unpackUint64(dump.Vals[8:]) != 7 {
+		t.Fatalf("dump %+v", dump)
+	}
+	// A new store takes the dumped state and continues alike.
+	s2 := NewStore(opt, ASP, 0, 1)
+	var keys []uint64
+	var vals []float32
+	for i := 0; i < len(dump.Vals); i += 8 {
+		keys = append(keys, unpackUint64(dump.Vals[i:]))
+		vals = append(vals, dump.Vals[i+2:i+8]...)
+	}
+	s2.Serve(kv.KVMeta{Cmd: command(kindInit, 0), Push: true}, kv.KVPairs[float32]{Keys: keys, Vals: vals}, r.respond)
+	pushTrain(s, r, 0, 2, []uint64{3}, []float32{0.1})
+	pushTrain(s2, r, 0, 2, []uint64{3}, []float32{0.1})
+	if s.Weight(3) != s2.Weight(3) || s2.Weight(7) != w7 {
+		t.Errorf("after init: %v %v, want %v %v", s2.Weight(3), s2.Weight(7), s.Weight(3), w7)
+	}
+	if _, errs := s2.Stats(); len(errs) != 0 {
+		t.Errorf("errors %v", errs)
+	}
+}
+
+// TestTable fills the hash table past several growths with sparse keys.
+func TestTable(t *testing.T) {
+	var tb table
+	r := rand.New(rand.NewPCG(1, 1))
+	want := map[uint64]float64{}
+	for i := 0; i < 5000; i++ {
+		k := r.Uint64() >> 3
+		if i%3 == 0 {
+			k = uint64(i) // dense ones too
+		}
+		e, created := tb.get(k)
+		if _, ok := want[k]; ok == created {
+			t.Fatalf("key %d: created %v, seen before %v", k, created, ok)
+		}
+		e.p.W = float64(i)
+		want[k] = float64(i)
+	}
+	if tb.n != len(want) {
+		t.Errorf("%d keys, want %d", tb.n, len(want))
+	}
+	for k, w := range want {
+		if e := tb.find(k); e == nil || e.p.W != w {
+			t.Fatalf("key %d: %v", k, e)
+		}
+	}
+	if tb.find(1<<60) != nil {
+		t.Error("found a key never added")
+	}
+	n := 0
+	tb.each(func(*entry) { n++ })
+	if n != len(want) {
+		t.Errorf("each visited %d", n)
 	}
 }

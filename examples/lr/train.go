@@ -10,37 +10,52 @@ import (
 	"github.com/gopslite/pslite/kv"
 )
 
-// EpochResult is what rank 0 reports after an epoch.
+// EpochResult is what the workers agree on after an epoch.
 type EpochResult struct {
 	Fold, Epoch int
 	Loss        float64 // mean training loss over the epoch's batches (before each update)
 	TrainAcc    float64 // accuracy on those batches
+	// Test: the test set (or the held-out fold); Valid: the validation
+	// split (nil without one).
+	Test, Valid *Metrics
 	TestLoss    float64
 	TestAcc     float64
-	TestCorrect int
+	TestAUC     float64 // NaN for softmax models
 	TestN       int
+	TestCorrect int
 	Examples    int           // examples processed by all workers
 	Time        time.Duration // slowest worker's time for the epoch
 	Rate        float64       // examples per second (Examples / Time)
 }
 
-// trainer runs the worker side of training.
-type trainer struct {
-	cfg      *Config
-	kvw      *kv.KVWorker[float32]
-	rank     int
-	workers  int
-	servers  int
-	labels   *Labels
-	outputs  int
-	features int    // feature ids 0..features-1
-	numKeys  uint64 // model keys per fold
-	out      io.Writer
-	step     int // training steps done, over all folds
-	round    int // epochs done, over all folds
+// setTest fills the flat test fields from m.
+func (r *EpochResult) setTest(m *Metrics) {
+	r.Test = m
+	r.TestLoss, r.TestAcc, r.TestAUC = m.Loss(), m.Acc(), m.AUC()
+	r.TestN, r.TestCorrect = int(m.N), int(m.Correct)
 }
 
-// pull fetches the values of keys into dst (resized).
+// trainer runs the worker side of training.
+type trainer struct {
+	cfg     *Config
+	kvw     *kv.KVWorker[float32]
+	rank    int
+	workers int
+	servers int
+	labels  *Labels
+	layout  Weights
+	vocab   *Vocab
+	numKeys uint64 // model keys per fold
+	out     io.Writer
+	step    int // training steps done, over all folds
+	round   int // statistics rounds used (the census is round 0)
+	scratch [][]float32
+}
+
+// binary reports whether the model is binary logistic regression.
+func (t *trainer) binary() bool { return t.layout.C == 1 }
+
+// pull fetches the values of keys into dst (resized) and waits.
 func (t *trainer) pull(keys []uint64, dst []float32, kind, step int) ([]float32, error) {
 	dst = slices.Grow(dst[:0], len(keys))[:len(keys)]
 	// ZPull: keys stay unchanged until Wait returns.
@@ -61,172 +76,411 @@ func (t *trainer) push(keys []uint64, vals []float32, kind, step int) error {
 	return t.kvw.Wait(ts)
 }
 
-// modelKeys returns every key of fold's model.
-func (t *trainer) modelKeys(fold int) []uint64 {
-	keys := make([]uint64, t.numKeys)
-	off := uint64(fold) * t.numKeys
-	for i := range keys {
-		keys[i] = off + uint64(i)
+// allGather pushes this worker's vals as the next round's statistics and
+// returns every worker's (all of the same length), once all are in. Every
+// worker must call it the same number of times with as many values.
+func (t *trainer) allGather(vals []float32) ([][]float32, error) {
+	r := t.round
+	t.round++
+	if r > maxStatsRound {
+		return nil, fmt.Errorf("more than %d statistics rounds", maxStatsRound)
 	}
-	return keys
-}
-
-// pullModel fetches fold's whole model.
-func (t *trainer) pullModel(fold, kind, step int) (*Model, error) {
-	w, err := t.pull(t.modelKeys(fold), nil, kind, step)
+	n := len(vals)
+	if n >= 1<<statsFieldBits {
+		return nil, fmt.Errorf("%d statistics values, more than %d", n, 1<<statsFieldBits)
+	}
+	keys := make([]uint64, n)
+	for f := range keys {
+		keys[f] = statsKey(r, t.rank, f)
+	}
+	if err := t.push(keys, vals, kindStats, 0); err != nil {
+		return nil, err
+	}
+	all := make([]uint64, 0, n*t.workers)
+	for w := 0; w < t.workers; w++ {
+		for f := 0; f < n; f++ {
+			all = append(all, statsKey(r, w, f))
+		}
+	}
+	got, err := t.pull(all, nil, kindStats, 0)
 	if err != nil {
 		return nil, err
 	}
-	m := NewModel(*t.labels, t.features, t.cfg.Bias)
-	copy(m.W, w)
-	return m, nil
+	out := make([][]float32, t.workers)
+	for w := range out {
+		out[w] = got[w*n : (w+1)*n]
+	}
+	return out, nil
 }
 
 // perWorker returns the rows of a step on each worker: ceil(batch / W).
 func (t *trainer) perWorker() int { return (t.cfg.Batch + t.workers - 1) / t.workers }
 
-// steps returns the steps of an epoch when the largest shard has maxShard
-// rows; every worker runs that many, wrapping around its own shard.
-func (t *trainer) steps(maxShard int) int {
-	bw := t.perWorker()
-	return (maxShard + bw - 1) / bw
+// evalSet is data a worker scores after every epoch: its rows as one batch
+// and the keys of their weights.
+type evalSet struct {
+	batch *Batch
+	keys  []uint64
+	w     []float32
 }
 
-// trainFold trains fold's model on this worker's shard (rows of data),
-// where the largest shard has maxShard rows, for cfg.Epochs epochs. Rank 0
-// evaluates on test after each epoch and returns the epochs' results;
-// the other ranks return nil.
-func (t *trainer) trainFold(fold int, shard *Dataset, maxShard int, test *Dataset) ([]EpochResult, error) {
-	if shard.Len() == 0 {
-		return nil, fmt.Errorf("worker %d has no training examples (%d workers for %d examples?)", t.rank, t.workers, maxShard)
+// newEvalSet prepares d (nil or empty: an empty set) for fold's model.
+func (t *trainer) newEvalSet(d *Dataset, fold int) *evalSet {
+	e := &evalSet{}
+	if d == nil {
+		d = newDataset(t.vocab)
 	}
-	C := t.outputs
+	e.batch = NewBatch(d, seq(0, d.Len()), newMark(t.vocab.Len()))
+	e.keys = t.layout.appendKeys(nil, e.batch.Feats, t.vocab.IDs, uint64(fold)*t.numKeys)
+	return e
+}
+
+// score pulls the weights of e's keys and scores its rows.
+func (t *trainer) score(e *evalSet) (*Metrics, error) {
+	if e.batch.Len() == 0 {
+		return newMetrics(t.binary()), nil
+	}
+	var err error
+	if e.w, err = t.pull(e.keys, e.w, kindFinal, 0); err != nil {
+		return nil, err
+	}
+	return EvaluateAll(e.batch, t.layout, e.w, t.binary()), nil
+}
+
+// encodeMetrics appends m: N, Correct and LossSum exactly (two float32s
+// each), then the AUC histograms' counts (a worker's counts per bin stay
+// well below 2^24, exact in a float32).
+func encodeMetrics(dst []float32, m *Metrics) []float32 {
+	dst = appendFloat64(dst, m.N)
+	dst = appendFloat64(dst, m.Correct)
+	dst = appendFloat64(dst, m.LossSum)
+	for i := range m.Pos {
+		dst = append(dst, float32(m.Pos[i]), float32(m.Neg[i]))
+	}
+	return dst
+}
+
+// decodeMetrics reads what encodeMetrics wrote and returns the rest.
+func decodeMetrics(v []float32, binary bool) (*Metrics, []float32) {
+	m := newMetrics(binary)
+	m.N, m.Correct, m.LossSum = unpackFloat64(v[0:2]), unpackFloat64(v[2:4]), unpackFloat64(v[4:6])
+	v = v[6:]
+	for i := range m.Pos {
+		m.Pos[i], m.Neg[i] = float64(v[2*i]), float64(v[2*i+1])
+	}
+	return m, v[2*len(m.Pos):]
+}
+
+// slot is one step in flight: its batch's keys, the pulled weights and the
+// gradient being pushed.
+type slot struct {
+	keys    []uint64
+	w, grad []float32
+	batch   *Batch
+	step    int
+	pullTS  int
+	pushTS  int
+	pushing bool
+}
+
+// foldPlan is what a fold trains on.
+type foldPlan struct {
+	fold     int
+	train    *Dataset // this worker's training rows
+	maxTrain int      // the most training rows of any worker
+	test     *Dataset // scored after every epoch (the held-out fold with -cv)
+	valid    *Dataset // the validation split, or nil
+}
+
+// trainFold trains fold's model on this worker's rows for cfg.Epochs
+// epochs (fewer when early stopping ends it), and returns the epochs'
+// results, which every worker computes alike from the gathered statistics.
+func (t *trainer) trainFold(p foldPlan) ([]EpochResult, error) {
+	cfg := t.cfg
 	bw := t.perWorker()
-	steps := t.steps(maxShard)
+	steps := (p.maxTrain + bw - 1) / bw
 	scale := float32(1 / float64(bw*t.workers))
-	keyOff := uint64(fold) * t.numKeys
-	mark := make([]int32, max(int(shard.MaxFeature)+1, t.features))
-	for i := range mark {
-		mark[i] = -1
+	off := uint64(p.fold) * t.numKeys
+	ids := t.vocab.IDs
+
+	// Fixed batches: the rows are shuffled once, cut into batches whose
+	// keys are deduplicated now, and each epoch visits the batches in a new
+	// order (wrapping around when another worker has more).
+	rows := Permutation(p.train.Len(), cfg.Seed^uint64(1+t.rank)<<20^uint64(p.fold)<<44)
+	mark := newMark(t.vocab.Len())
+	var batches []*Batch
+	for lo := 0; lo < len(rows); lo += bw {
+		batches = append(batches, NewBatch(p.train, rows[lo:min(lo+bw, len(rows))], mark))
 	}
-	var (
-		feats   []int32
-		keys    []uint64
-		w, grad []float32
-		rows    = make([]int, bw)
-		results []EpochResult
-	)
-	for epoch := 0; epoch < t.cfg.Epochs; epoch++ {
-		order := Permutation(shard.Len(), t.cfg.Seed^uint64(1+t.rank)<<20^uint64(t.round)<<40)
+	test := t.newEvalSet(p.test, p.fold)
+	var valid *evalSet
+	if p.valid != nil {
+		valid = t.newEvalSet(p.valid, p.fold)
+	}
+	depth := max(1, cfg.Pipeline)
+	ring := make([]slot, 2*depth) // depth pulls and up to depth pushes in flight
+
+	var results []EpochResult
+	bestLoss, bestEpoch := math.Inf(1), -1
+	for epoch := 0; epoch < cfg.Epochs; epoch++ {
+		order := Permutation(len(batches), cfg.Seed^uint64(1+t.rank)<<20^uint64(t.round)<<40)
 		start := time.Now()
 		var lossSum float64
 		var correct, n int
-		for s := 0; s < steps; s++ {
-			if t.step > maxStep {
-				return nil, fmt.Errorf("more than %d steps", maxStep)
-			}
-			for i := range rows {
-				rows[i] = order[(s*bw+i)%len(order)]
-			}
-			feats = uniqueFeatures(shard, rows, mark, feats)
-			keys = keys[:0]
-			for _, f := range feats {
-				for c := 0; c < C; c++ {
-					keys = append(keys, keyOff+uint64(int(f)*C+c))
+		first := t.step
+		if first+steps > maxStep {
+			return nil, fmt.Errorf("more than %d steps", maxStep)
+		}
+		// issue sends the pull of step s (0-based in the epoch).
+		issue := func(s int) error {
+			sl := &ring[s%len(ring)]
+			if sl.pushing {
+				if err := t.kvw.Wait(sl.pushTS); err != nil {
+					return fmt.Errorf("step %d: push: %w", sl.step, err)
 				}
+				sl.pushing = false
 			}
-			var err error
-			if w, err = t.pull(keys, w, kindTrain, t.step); err != nil {
-				return nil, fmt.Errorf("step %d: pull: %w", t.step, err)
-			}
-			nk := len(keys)
-			grad = slices.Grow(grad[:0], nk+t.servers)[:nk]
-			clear(grad)
-			l, c := LossGrad(shard, rows, C, mark, w, grad)
-			lossSum += l
-			correct += c
-			n += len(rows)
-			for i := range grad {
-				grad[i] *= scale
-			}
-			// The learning-rate scale, for every server (see ctrlBase).
-			rate := float32(1 / (1 + t.cfg.LRDecay*(float64(epoch)+float64(s)/float64(steps))))
-			for sv := 0; sv < t.servers; sv++ {
-				keys = append(keys, ctrlBase+uint64(sv))
-				grad = append(grad, rate)
-			}
-			if err := t.push(keys, grad, kindTrain, t.step); err != nil {
-				return nil, fmt.Errorf("step %d: push: %w", t.step, err)
-			}
-			for _, f := range feats {
-				mark[f] = -1
-			}
-			t.step++
-		}
-		elapsed := time.Since(start)
-		report := []float32{float32(lossSum), float32(n), float32(correct), float32(elapsed.Seconds())}
-		skeys := make([]uint64, statsFields)
-		for f := range skeys {
-			skeys[f] = statsKey(t.round, t.rank, t.workers, f)
-		}
-		if err := t.push(skeys, report, kindStats, 0); err != nil {
-			return nil, fmt.Errorf("epoch %d: report: %w", epoch+1, err)
-		}
-		if t.rank == 0 {
-			r, err := t.evaluate(fold, epoch, test)
+			sl.batch = batches[order[s%len(order)]]
+			sl.step = first + s
+			sl.keys = t.layout.appendKeys(sl.keys[:0], sl.batch.Feats, ids, off)
+			sl.w = slices.Grow(sl.w[:0], len(sl.keys))[:len(sl.keys)]
+			ts, err := t.kvw.ZPull(sl.keys, &sl.w, nil, kv.WithCmd(command(kindTrain, sl.step)))
 			if err != nil {
+				return fmt.Errorf("step %d: pull: %w", sl.step, err)
+			}
+			sl.pullTS = ts
+			return nil
+		}
+		next := 0
+		for ; next < min(depth, steps); next++ {
+			if err := issue(next); err != nil {
 				return nil, err
 			}
-			results = append(results, r)
+		}
+		for s := 0; s < steps; s++ {
+			sl := &ring[s%len(ring)]
+			if err := t.kvw.Wait(sl.pullTS); err != nil {
+				return nil, fmt.Errorf("step %d: pull: %w", sl.step, err)
+			}
+			nk := len(sl.keys)
+			sl.grad = slices.Grow(sl.grad[:0], nk+t.servers)[:nk]
+			clear(sl.grad)
+			l, c := BatchGrad(sl.batch, t.layout, sl.w, sl.grad, &t.scratch)
+			lossSum += l
+			correct += c
+			n += sl.batch.Len()
+			for i := range sl.grad {
+				sl.grad[i] *= scale
+			}
+			// The learning-rate scale, for every server (see ctrlBase).
+			rate := float32(1 / (1 + cfg.LRDecay*(float64(epoch)+float64(s)/float64(steps))))
+			for sv := 0; sv < t.servers; sv++ {
+				sl.keys = append(sl.keys, ctrlBase+uint64(sv))
+				sl.grad = append(sl.grad, rate)
+			}
+			ts, err := t.kvw.ZPush(sl.keys, sl.grad, nil, kv.WithCmd(command(kindTrain, sl.step)))
+			if err != nil {
+				return nil, fmt.Errorf("step %d: push: %w", sl.step, err)
+			}
+			sl.pushTS, sl.pushing = ts, true
+			if next < steps {
+				if err := issue(next); err != nil {
+					return nil, err
+				}
+				next++
+			}
+		}
+		for i := range ring {
+			if sl := &ring[i]; sl.pushing {
+				if err := t.kvw.Wait(sl.pushTS); err != nil {
+					return nil, fmt.Errorf("step %d: push: %w", sl.step, err)
+				}
+				sl.pushing = false
+			}
+		}
+		t.step += steps
+		elapsed := time.Since(start)
+
+		// Every worker's pushes are in once all reports are: then score.
+		var report []float32
+		report = appendFloat64(report, lossSum)
+		report = appendFloat64(report, float64(n))
+		report = appendFloat64(report, float64(correct))
+		report = appendFloat64(report, elapsed.Seconds())
+		reports, err := t.allGather(report)
+		if err != nil {
+			return nil, fmt.Errorf("epoch %d: gather reports: %w", epoch+1, err)
+		}
+		r := EpochResult{Fold: p.fold, Epoch: epoch}
+		var loss, secs, ex, corr float64
+		for _, v := range reports {
+			loss += unpackFloat64(v[0:2])
+			ex += unpackFloat64(v[2:4])
+			corr += unpackFloat64(v[4:6])
+			secs = max(secs, unpackFloat64(v[6:8]))
+		}
+		if ex > 0 {
+			r.Loss, r.TrainAcc = loss/ex, corr/ex
+		}
+		r.Examples = int(ex)
+		r.Time = time.Duration(secs * float64(time.Second))
+		if secs > 0 {
+			r.Rate = ex / secs
+		}
+		mt, err := t.score(test)
+		if err != nil {
+			return nil, fmt.Errorf("epoch %d: score: %w", epoch+1, err)
+		}
+		evals := encodeMetrics(nil, mt)
+		if valid != nil {
+			mv, err := t.score(valid)
+			if err != nil {
+				return nil, fmt.Errorf("epoch %d: score: %w", epoch+1, err)
+			}
+			evals = encodeMetrics(evals, mv)
+		}
+		// Once everyone's scores are in, every worker has scored: the model
+		// may change again.
+		gathered, err := t.allGather(evals)
+		if err != nil {
+			return nil, fmt.Errorf("epoch %d: gather scores: %w", epoch+1, err)
+		}
+		mt, mv := newMetrics(t.binary()), (*Metrics)(nil)
+		if valid != nil {
+			mv = newMetrics(t.binary())
+		}
+		for _, v := range gathered {
+			m, rest := decodeMetrics(v, t.binary())
+			mt.Merge(m)
+			if valid != nil {
+				m, _ := decodeMetrics(rest, t.binary())
+				mv.Merge(m)
+			}
+		}
+		r.setTest(mt)
+		r.Valid = mv
+		results = append(results, r)
+		if t.rank == 0 {
 			t.printEpoch(r)
 		}
-		t.round++
+		if mv != nil && cfg.EarlyStop > 0 {
+			if mv.Loss() < bestLoss {
+				bestLoss, bestEpoch = mv.Loss(), epoch
+				// Save before this worker's next push; the first worker to
+				// ask saves, before any worker pushed the next epoch.
+				if err := t.push(t.ctrlKeys(), make([]float32, t.servers), kindSnapshot, t.round); err != nil {
+					return nil, fmt.Errorf("epoch %d: save the model: %w", epoch+1, err)
+				}
+			} else if epoch-bestEpoch >= cfg.EarlyStop && epoch < cfg.Epochs-1 {
+				if t.rank == 0 {
+					fmt.Fprintf(t.out, "early stop: the validation loss has not improved for %d epochs; keeping epoch %d's model\n",
+						cfg.EarlyStop, bestEpoch+1)
+				}
+				break
+			}
+		}
 	}
 	return results, nil
 }
 
-// evaluate gathers every worker's report for the epoch, then pulls the
-// model as a worker at the current step would see it and scores test. The
-// reports come first: each worker sends its report only once its last push
-// of the epoch was acknowledged, so under ASP and SSP too the model pulled
-// after them holds every update of the epoch.
-func (t *trainer) evaluate(fold, epoch int, test *Dataset) (EpochResult, error) {
-	r := EpochResult{Fold: fold, Epoch: epoch}
-	keys := make([]uint64, 0, t.workers*statsFields)
-	for w := 0; w < t.workers; w++ {
-		for f := 0; f < statsFields; f++ {
-			keys = append(keys, statsKey(t.round, w, t.workers, f))
-		}
+// ctrlKeys returns the control key of every server.
+func (t *trainer) ctrlKeys() []uint64 {
+	keys := make([]uint64, t.servers)
+	for s := range keys {
+		keys[s] = ctrlBase + uint64(s)
 	}
-	vals, err := t.pull(keys, nil, kindStats, 0)
+	return keys
+}
+
+// printEpoch prints rank 0's progress line for an epoch.
+func (t *trainer) printEpoch(r EpochResult) {
+	fold := ""
+	test := "test"
+	if t.cfg.CV > 0 {
+		fold = fmt.Sprintf("fold %d/%d ", r.Fold+1, t.cfg.CV)
+		test = "heldout"
+	}
+	valid := ""
+	if r.Valid != nil {
+		valid = fmt.Sprintf("  valid-loss %.4f  valid-acc %.4f", r.Valid.Loss(), r.Valid.Acc())
+	}
+	auc := ""
+	if !math.IsNaN(r.TestAUC) {
+		auc = fmt.Sprintf("  %s-auc %.4f", test, r.TestAUC)
+	}
+	fmt.Fprintf(t.out, "%sepoch %*d/%d  loss %.4f  train-acc %.4f%s  %s-loss %.4f  %s-acc %.4f%s  %6.2fs  %8.0f ex/s\n",
+		fold, len(fmt.Sprint(t.cfg.Epochs)), r.Epoch+1, t.cfg.Epochs, r.Loss, r.TrainAcc, valid,
+		test, r.TestLoss, test, r.TestAcc, auc, r.Time.Seconds(), r.Rate)
+}
+
+// dumpModel fetches fold 0's whole model from the servers, with the
+// optimiser state when withState.
+func (t *trainer) dumpModel(withState bool) (*Model, error) {
+	keys := t.ctrlKeys()
+	var vals []float32
+	var lens []int32
+	ts, err := t.kvw.ZPull(keys, &vals, &lens, kv.WithCmd(command(kindDump, 0)))
 	if err != nil {
-		return r, fmt.Errorf("epoch %d: gather reports: %w", epoch+1, err)
+		return nil, err
 	}
-	if test != nil && test.Len() > 0 {
-		m, err := t.pullModel(fold, kindTrain, t.step)
-		if err != nil {
-			return r, fmt.Errorf("epoch %d: pull model: %w", epoch+1, err)
+	if err := t.kvw.Wait(ts); err != nil {
+		return nil, err
+	}
+	C := uint64(t.layout.C)
+	m := &Model{Labels: *t.labels, Bias: t.cfg.Bias, HashBits: t.cfg.HashBits}
+	if withState {
+		m.Z, m.N = []float64{}, []float64{}
+	}
+	for i := 0; i+8 <= len(vals); i += 8 {
+		k := unpackUint64(vals[i:])
+		if k >= t.numKeys {
+			continue // another fold's
 		}
-		r.TestLoss, r.TestAcc = m.Evaluate(test)
-		r.TestN = test.Len()
-		r.TestCorrect = int(math.Round(r.TestAcc * float64(r.TestN)))
+		id, c := k/C, int(k%C)
+		if len(m.IDs) == 0 || m.IDs[len(m.IDs)-1] != id {
+			if len(m.IDs) > 0 && m.IDs[len(m.IDs)-1] > id {
+				return nil, fmt.Errorf("the servers' keys are not in order")
+			}
+			m.IDs = append(m.IDs, id)
+			m.W = append(m.W, make([]float32, C)...)
+			if withState {
+				m.Z = append(m.Z, make([]float64, C)...)
+				m.N = append(m.N, make([]float64, C)...)
+			}
+		}
+		p := (len(m.IDs)-1)*int(C) + c
+		m.W[p] = float32(unpackFloat64(vals[i+2:]))
+		if withState {
+			m.Z[p], m.N[p] = unpackFloat64(vals[i+4:]), unpackFloat64(vals[i+6:])
+		}
 	}
-	var loss, n, correct, secs float64
-	for w := 0; w < t.workers; w++ {
-		v := vals[w*statsFields:]
-		loss += float64(v[0])
-		n += float64(v[1])
-		correct += float64(v[2])
-		secs = max(secs, float64(v[3]))
+	return m, nil
+}
+
+// initModel pushes a saved model's weights and state to the servers (warm
+// start); its features become fold 0's keys.
+func (t *trainer) initModel(m *Model) error {
+	C := t.layout.C
+	keys := make([]uint64, 0, len(m.W))
+	vals := make([]float32, 0, 6*len(m.W))
+	for i, id := range m.IDs {
+		for c := 0; c < C; c++ {
+			p := i*C + c
+			var z, n float64
+			if m.Z != nil {
+				z, n = m.Z[p], m.N[p]
+			}
+			if m.W[p] == 0 && z == 0 && n == 0 {
+				continue
+			}
+			keys = append(keys, id*uint64(C)+uint64(c))
+			vals = appendFloat64(vals, float64(m.W[p]))
+			vals = appendFloat64(vals, z)
+			vals = appendFloat64(vals, n)
+		}
 	}
-	if n > 0 {
-		r.Loss = loss / n
-		r.TrainAcc = correct / n
+	if len(keys) == 0 {
+		return nil
 	}
-	r.Examples = int(n)
-	r.Time = time.Duration(secs * float64(time.Second))
-	if secs > 0 {
-		r.Rate = n / secs
-	}
-	return r, nil
+	return t.push(keys, vals, kindInit, 0)
 }
