@@ -150,6 +150,9 @@ func (v *Van) onConnection(id int, up bool) {
 		return
 	}
 	v.metrics.Connection(id, up)
+	if r := v.res.Load(); r != nil {
+		r.r.Connection(int32(id), up, v.clock.Now())
+	}
 	if !up {
 		v.ctlMu.Lock()
 		over := v.core.PassedFinalBarrier()

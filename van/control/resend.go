@@ -42,10 +42,12 @@ const (
 	// timeouts, and 8 from then on.
 	maxBackoff = 8
 	// assumedRate is the rate, in bytes a second, a line is assumed to carry
-	// until a large message has measured it: 8 MiB/s, slower than any
+	// until a large message has measured it: 1 MiB/s, slower than any
 	// network a job runs on, so that a large message is not resent before
-	// it can have arrived.
-	assumedRate = 8 << 20
+	// it can have arrived. Being slow to resend a large message costs
+	// little: on a live connection only the receiver can lose a message, and
+	// a connection that drops hands its messages back at once (Reconnected).
+	assumedRate = 1 << 20
 	// rateSample is the size from which a message's ACK measures its line's
 	// rate (smaller ones measure the round trip, not the rate).
 	rateSample = 1 << 20
@@ -119,6 +121,7 @@ type Pending struct {
 // transmission is one send of a message: the first or a resend.
 type transmission struct {
 	p      *Pending
+	sent   time.Time // handed to the transport
 	head   time.Time // when it became the head of its line; zero before
 	passed time.Time // when a later message's ACK showed it arrived; zero before
 	inLine bool
@@ -127,13 +130,15 @@ type transmission struct {
 // line is the transmissions to one peer that may not have arrived yet, in
 // the order they were sent; the first is the head.
 type line struct {
-	q    []*transmission
-	rate float64 // measured bytes a second; 0 until measured
+	q      []*transmission
+	rate   float64 // measured bytes a second (the lower of the average and the last sample); 0 until measured
+	avg    float64 // moving average of the samples
+	downAt time.Time // when the connection dropped; zero while it is up
 }
 
 // push appends tx at now.
 func (l *line) push(tx *transmission, now time.Time) {
-	tx.inLine = true
+	tx.inLine, tx.sent = true, now
 	l.q = append(l.q, tx)
 	if len(l.q) == 1 {
 		tx.head = now
@@ -173,11 +178,12 @@ func (l *line) arrived(tx *transmission, now time.Time) {
 	if i == 0 && tx.p.size >= rateSample {
 		if d := now.Sub(tx.head).Seconds(); d > 0 {
 			sample := float64(tx.p.size) / d
-			if l.rate == 0 {
-				l.rate = sample
+			if l.avg == 0 {
+				l.avg = sample
 			} else {
-				l.rate = 0.75*l.rate + 0.25*sample
+				l.avg = 0.75*l.avg + 0.25*sample
 			}
+			l.rate = min(l.avg, sample)
 		}
 	}
 	clear(l.q[:i+1])
@@ -363,6 +369,41 @@ func (r *Resender) Reawait(id int32, now time.Time) []*message.Message {
 	return msgs
 }
 
+// Connection tells the resender, at now, that the connection to node id
+// went down (up false) or came up. Messages are lost on a live connection
+// only if the receiver drops them, but a connection that drops may lose
+// what was on its way: when it comes back up, every transmission sent
+// before it dropped counts as having arrived without its ACK, so it is
+// resent one timeout later whatever its size. (Some may still arrive,
+// from ZeroMQ's queue: their resends are duplicates, dropped.)
+func (r *Resender) Connection(id int32, up bool, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := r.lines[id]
+	switch {
+	case l == nil:
+	case !up:
+		if l.downAt.IsZero() {
+			l.downAt = now
+		}
+	case !l.downAt.IsZero():
+		keep := l.q[:0]
+		for _, tx := range l.q {
+			if !tx.sent.After(l.downAt) {
+				tx.inLine, tx.passed = false, now
+				continue
+			}
+			keep = append(keep, tx)
+		}
+		clear(l.q[len(keep):])
+		l.q = keep
+		if len(l.q) > 0 && l.q[0].head.IsZero() {
+			l.q[0].head = now
+		}
+		l.downAt = time.Time{}
+	}
+}
+
 // ForgetSender forgets the signatures received from node id: a node that
 // took a dead node's id numbers its messages afresh, and they must not pass
 // for duplicates of its predecessor's.
@@ -397,21 +438,22 @@ func (r *Resender) Due(now time.Time) (resend []*Pending, failed []*message.Mess
 		if p.acked {
 			continue
 		}
-		if now.Sub(p.first) > r.cfg.GiveUp {
+		allow := r.lineTo(p.Msg.Meta.Recver).allowance(p.size)
+		if now.Sub(p.first) > r.cfg.GiveUp+allow {
 			r.failLocked(sig, p, now)
 			failed = append(failed, p.Msg)
 			continue
 		}
+		wait := r.cfg.Timeout * time.Duration(min(1<<p.retries, maxBackoff))
 		var start time.Time
 		switch tx := p.tx; {
 		case !tx.passed.IsZero():
-			start = tx.passed
+			start = tx.passed // it can have arrived: only the timeout
 		case tx.inLine && !tx.head.IsZero():
-			start = tx.head
+			start, wait = tx.head, wait+allow // its bytes are on their way
 		default:
 			continue // queued behind others: they go first
 		}
-		wait := r.cfg.Timeout*time.Duration(min(1<<p.retries, maxBackoff)) + r.lineTo(p.Msg.Meta.Recver).allowance(p.size)
 		if now.Sub(start) < wait {
 			continue
 		}

@@ -188,17 +188,17 @@ func TestResenderGivesUpInTime(t *testing.T) {
 func TestResenderWaitsForWhatIsAhead(t *testing.T) {
 	r := NewResender(ResendConfig{Timeout: time.Second})
 	t0 := time.Unix(100, 0)
-	const big = 40 << 20 // 5 s at the assumed 8 MiB/s: 10 s allowed, plus the timeout
+	const big = 4 << 20 // 4 s at the assumed 1 MiB/s: 8 s allowed, plus the timeout
 	r.Outgoing(req(1, big), 9, t0)
 	r.Outgoing(req(2, 0), 9, t0)
-	for s := 1; s <= 10; s++ {
+	for s := 1; s <= 8; s++ {
 		if rs, _ := step(r, t0.Add(time.Duration(s)*time.Second)); len(rs) > 0 {
 			t.Fatalf("resent %v at %ds, while the large message may still be in flight", rs, s)
 		}
 	}
-	// The large one arrives (it measures the line's rate: 40 MiB in 10 s),
+	// The large one arrives (it measures the line's rate: 4 MiB in 8 s),
 	// so the small one can leave now, and is resent one timeout later.
-	t1 := t0.Add(10 * time.Second)
+	t1 := t0.Add(8 * time.Second)
 	r.Incoming(ackOf(1), t1)
 	if rs, _ := step(r, t1.Add(900*time.Millisecond)); len(rs) != 0 {
 		t.Errorf("resent %v before the timeout", rs)
@@ -206,8 +206,8 @@ func TestResenderWaitsForWhatIsAhead(t *testing.T) {
 	if rs, _ := step(r, t1.Add(1100*time.Millisecond)); !slices.Equal(rs, []int32{2}) {
 		t.Errorf("resent %v, want [2]", rs)
 	}
-	if l := r.lines[8]; l.rate != big/10 {
-		t.Errorf("measured rate %.0f B/s, want %d", l.rate, big/10)
+	if l := r.lines[8]; l.rate != big/8 {
+		t.Errorf("measured rate %.0f B/s, want %d", l.rate, big/8)
 	}
 }
 
@@ -274,5 +274,34 @@ func TestResenderForgetSender(t *testing.T) {
 	}
 	if !in(12) {
 		t.Error("node 12's duplicate forgotten too")
+	}
+}
+
+// A connection that drops may lose what was on its way: once it is back,
+// what was sent before the drop is resent one timeout later, however
+// large; what was sent while it was down is the head of the line from then.
+func TestResenderResendsWhatABrokenConnectionCarried(t *testing.T) {
+	r := NewResender(ResendConfig{Timeout: time.Second})
+	t0 := time.Unix(100, 0)
+	r.Outgoing(req(1, 64<<20), 9, t0) // 128 s allowed on a live connection
+	r.Outgoing(req(2, 0), 9, t0)
+	r.Connection(8, false, t0.Add(2*time.Second))
+	r.Outgoing(req(3, 0), 9, t0.Add(3*time.Second)) // queued while down
+	up := t0.Add(5 * time.Second)
+	r.Connection(8, true, up)
+	r.Incoming(ackOf(3), up.Add(100*time.Millisecond)) // 3 came through
+	if rs, _ := step(r, up.Add(900*time.Millisecond)); len(rs) != 0 {
+		t.Errorf("resent %v before the timeout", rs)
+	}
+	rs, _ := step(r, up.Add(1100*time.Millisecond))
+	slices.Sort(rs)
+	if !slices.Equal(rs, []int32{1, 2}) {
+		t.Errorf("resent %v, want [1 2]", rs)
+	}
+	// Without the drop, the large message would have waited its 128 s.
+	r = NewResender(ResendConfig{Timeout: time.Second})
+	r.Outgoing(req(1, 64<<20), 9, t0)
+	if rs, _ := step(r, t0.Add(100*time.Second)); len(rs) != 0 {
+		t.Errorf("resent %v on a live connection within its allowance", rs)
 	}
 }
