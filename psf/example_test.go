@@ -2,6 +2,7 @@ package psf_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"sync"
@@ -98,6 +99,58 @@ func Example() {
 	// above 2.5: 5
 	// clipped: [-1 -1 0 1 2 3 3 3 3 3]
 	// sum: 16
+}
+
+// A sparse matrix: 64-bit column ids, hashed over the servers; only the
+// entries that are not 0 are stored.
+func Example_sparse() {
+	err := runJob(2, func(ctx context.Context, c *psf.Client) error {
+		m, err := c.CreateMatrix(ctx, psf.MatrixMeta{Name: "embeddings", Type: psf.Sparse, Rows: 2})
+		if err != nil {
+			return err
+		}
+		ids := []int64{1 << 62, -7, 3, 1 << 62}
+		if err := m.IncrementAt(ctx, 0, ids, []float64{1, -2, 0.5, 1}); err != nil {
+			return err
+		}
+		row, err := m.GetSparseRow(ctx, 0)
+		if err != nil {
+			return err
+		}
+		fmt.Println("row 0:", row.Indices, row.Values)
+		mx, err := psf.Get(ctx, m, psf.Max(0))
+		if err != nil {
+			return err
+		}
+		mn, err := psf.Get(ctx, m, psf.Min(0))
+		if err != nil {
+			return err
+		}
+		size, err := psf.Get(ctx, m, psf.Size(0))
+		if err != nil {
+			return err
+		}
+		fmt.Println("max:", mx, "min:", mn, "entries:", size)
+		if err := m.Update(ctx, psf.Abs(0, 1)); err != nil {
+			return err
+		}
+		vals, err := m.GetRowsAt64(ctx, []int{0, 1}, []int64{-7, 42})
+		if err != nil {
+			return err
+		}
+		fmt.Println("at -7 and 42:", vals)
+		err = m.Update(ctx, psf.Exp(0, 1)) // exp(0) = 1 at 2^64 columns: refused
+		fmt.Println("exp is refused:", errors.Is(err, psf.ErrSparse))
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// row 0: [-7 3 4611686018427387904] [-2 0.5 2]
+	// max: 2 min: -2 entries: 3
+	// at -7 and 42: [[-2 0] [2 0]]
+	// exp is refused: true
 }
 
 // runJob runs a job of a scheduler, n psf servers and one worker in this

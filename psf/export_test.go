@@ -19,8 +19,31 @@ func AllocatedRows(s *Server, name string) int {
 				n++
 			}
 		}
+		for _, t := range p.srows {
+			if t != nil {
+				n++
+			}
+		}
 	}
 	return n
+}
+
+// SparseMemory returns the entries of sparse matrix name that server s
+// stores, and the bytes its tables take (slots and table structs).
+func SparseMemory(s *Server, name string) (entries, bytes int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.matrices[name]
+	if m == nil {
+		return 0, 0
+	}
+	for _, p := range m.parts {
+		for _, t := range p.srows {
+			entries += int64(t.Len())
+			bytes += t.Bytes()
+		}
+	}
+	return entries, bytes
 }
 
 // CreateOn creates a matrix on some servers only, as an interrupted or

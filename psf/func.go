@@ -3,12 +3,14 @@ package psf
 import (
 	"errors"
 	"fmt"
+	"iter"
 	"slices"
 	"sync"
 )
 
 // Block is what a kernel runs on: one partition of a matrix, on the server
-// that holds it. Its rows are read and written through Row.
+// that holds it. Its rows are read and written through Row (dense
+// matrices) or SparseRow (sparse matrices).
 type Block struct {
 	m     *serverMatrix
 	part  *partition
@@ -33,7 +35,12 @@ func (b *Block) Partition() PartitionMeta { return b.part.meta }
 // A row never written holds zeros and takes no memory: Row allocates it in
 // an update kernel, and in a get kernel returns zeros that are not stored
 // (the same slice for every such row of the call).
+//
+// Row fails with ErrSparse on a sparse matrix: use SparseRow.
 func (b *Block) Row(r int) ([]float64, error) {
+	if b.part.sparse() {
+		return nil, fmt.Errorf("%w: Block.Row on matrix %q, which is sparse (use Block.SparseRow)", ErrSparse, b.m.meta.Name)
+	}
 	p, i, err := b.locate(r)
 	if err != nil {
 		return nil, err
@@ -97,6 +104,9 @@ func (b *Block) peek(r int) ([]float64, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p.sparse() {
+		return nil, fmt.Errorf("%w: matrix %q is sparse", ErrSparse, b.m.meta.Name)
+	}
 	return p.rows[i], nil
 }
 
@@ -129,8 +139,139 @@ func (b *Block) clearRow(r int) error {
 	if b.undo != nil {
 		b.undo.save(p, i)
 	}
-	p.rows[i] = nil
+	if p.sparse() {
+		p.srows[i] = nil
+	} else {
+		p.rows[i] = nil
+	}
 	return nil
+}
+
+// SparseRow returns access to row r of a sparse matrix in the block's
+// columns: the row's entries whose columns are in the partition (see
+// PartitionMeta.HasCol). As with Row, r may be any row whose partition for
+// the same columns is on this server (with one column block per server,
+// every row of a sparse matrix is), else the error is ErrNotColocated. In
+// an update kernel the row can be changed (SparseRow.Set); the server
+// first saves it, so that it can put it back if the kernel fails. On a
+// dense matrix SparseRow fails: use Row.
+func (b *Block) SparseRow(r int) (SparseRow, error) {
+	if !b.part.sparse() {
+		return SparseRow{}, fmt.Errorf("psf: Block.SparseRow on matrix %q, which is dense (use Block.Row)", b.m.meta.Name)
+	}
+	p, i, err := b.locate(r)
+	if err != nil {
+		return SparseRow{}, err
+	}
+	if b.write && b.undo != nil && b.undo.auto {
+		b.undo.save(p, i)
+	}
+	return SparseRow{p: p, i: i, write: b.write}, nil
+}
+
+// sparse reports whether the block is a sparse matrix's.
+func (b *Block) sparse() bool { return b.part.sparse() }
+
+// table returns row r's table in a sparse block, nil for a row holding
+// nothing. For the library's kernels, which must not change it.
+func (b *Block) table(r int) (*longTable[float64], error) {
+	p, i, err := b.locate(r)
+	if err != nil {
+		return nil, err
+	}
+	return p.srows[i], nil
+}
+
+// tables returns the tables of rows, as table does for each.
+func (b *Block) tables(rows []int) ([]*longTable[float64], error) {
+	out := make([]*longTable[float64], len(rows))
+	for j, r := range rows {
+		t, err := b.table(r)
+		if err != nil {
+			return nil, err
+		}
+		out[j] = t
+	}
+	return out, nil
+}
+
+// setTable replaces row r of a sparse block by t (saving the old one when
+// the block keeps an undo log).
+func (b *Block) setTable(r int, t *longTable[float64]) error {
+	p, i, err := b.locate(r)
+	if err != nil {
+		return err
+	}
+	if b.undo != nil {
+		b.undo.save(p, i)
+	}
+	p.setTable(i, t)
+	return nil
+}
+
+// SparseRow is a kernel's access to a row of a sparse matrix in its block's
+// columns, from Block.SparseRow: the entries of the row that are not +0
+// and whose columns are in the partition. Columns not stored hold 0.
+type SparseRow struct {
+	p     *partition
+	i     int
+	write bool
+}
+
+// Len returns the number of entries stored.
+func (r SparseRow) Len() int { return r.p.srows[r.i].Len() }
+
+// Get returns the value at column col (0 when it is not stored).
+func (r SparseRow) Get(col int64) float64 {
+	v, _ := r.p.srows[r.i].Get(col)
+	return v
+}
+
+// All yields the stored entries, column and value, in no particular
+// order. The row must not change during the iteration.
+func (r SparseRow) All() iter.Seq2[int64, float64] { return r.p.srows[r.i].All }
+
+// Set stores v at column col, which must be in the partition's columns
+// (PartitionMeta.HasCol); storing +0 removes the entry. It fails in a get
+// kernel.
+func (r SparseRow) Set(col int64, v float64) error {
+	if err := r.writable(col); err != nil {
+		return err
+	}
+	r.store(col, v)
+	return nil
+}
+
+// Add adds v to the value at column col, as Set does.
+func (r SparseRow) Add(col int64, v float64) error {
+	if err := r.writable(col); err != nil {
+		return err
+	}
+	old, _ := r.p.srows[r.i].Get(col)
+	r.store(col, old+v)
+	return nil
+}
+
+func (r SparseRow) writable(col int64) error {
+	if !r.write {
+		return errors.New("psf: a get kernel changed a sparse row")
+	}
+	if !r.p.meta.HasCol(col) {
+		return fmt.Errorf("%w: column %d is not in %s", ErrBadRequest, col, r.p.meta)
+	}
+	return nil
+}
+
+// store sets col to v, removing the entry for +0.
+func (r SparseRow) store(col int64, v float64) {
+	if isPosZero(v) {
+		if t := r.p.srows[r.i]; t != nil {
+			t.Delete(col)
+			r.p.setTable(r.i, t)
+		}
+		return
+	}
+	r.p.table(r.i).Set(col, v)
 }
 
 // zeroRow returns a slice of zeros as wide as the block (every row a
@@ -174,7 +315,8 @@ type undoKey struct {
 
 type undoEntry struct {
 	undoKey
-	off int // of the values in buf; -1 for a row never written
+	off int                 // of the values in buf; -1 for a row never written
+	sp  *longTable[float64] // a sparse row's copy (nil: it held nothing)
 }
 
 // maxKeptUndo is the largest undo buffer (in values) a server keeps for
@@ -204,7 +346,9 @@ func (u *undoLog) save(p *partition, i int) {
 	}
 	u.seen[k] = true
 	e := undoEntry{undoKey: k, off: -1}
-	if x := p.rows[i]; x != nil {
+	if p.sparse() {
+		e.sp = p.srows[i].Clone()
+	} else if x := p.rows[i]; x != nil {
 		e.off = len(u.buf)
 		u.buf = append(u.buf, x...)
 	}
@@ -214,6 +358,10 @@ func (u *undoLog) save(p *partition, i int) {
 // restore puts back every saved row.
 func (u *undoLog) restore() {
 	for _, e := range u.entries {
+		if e.p.sparse() {
+			e.p.setTable(e.i, e.sp)
+			continue
+		}
 		if e.off < 0 {
 			e.p.rows[e.i] = nil
 			continue
@@ -291,9 +439,9 @@ type UpdateKernel[P any] struct {
 // the worker made for that partition. Register it before use.
 //
 // The partition's change is all or nothing: the server saves every row fn
-// obtains through Block.Row before fn sees it, and if fn returns an error
-// or panics, puts them back (rows never written become unwritten again).
-// That costs a copy of each row fn reaches.
+// obtains through Block.Row or Block.SparseRow before fn sees it, and if
+// fn returns an error or panics, puts them back (rows never written become
+// unwritten again). That costs a copy of each row fn reaches.
 func NewUpdateKernel[P any](name string, param Codec[P], fn func(b *Block, param P) error) *UpdateKernel[P] {
 	return &UpdateKernel[P]{name: name, param: param, fn: fn, g: guardAll}
 }

@@ -1,6 +1,7 @@
 package psf
 
 import (
+	"errors"
 	"fmt"
 	"math"
 )
@@ -295,11 +296,19 @@ func peekRows(b *Block, p rowParam, rows, scalars int) ([][]float64, error) {
 }
 
 // rowAgg registers a get kernel computing f on one row, or returning zero
-// (f's value on a row of zeros) for a row never written.
-func rowAgg[Q any](name string, result Codec[Q], zero Q, f func(x []float64) Q) *GetKernel[rowParam, Q] {
+// (f's value on a row of zeros) for a row never written. On a sparse row
+// it folds f with merge over the table's slots (sparseFold).
+func rowAgg[Q any](name string, result Codec[Q], zero Q, f func(x []float64) Q, merge func(a, b Q) Q) *GetKernel[rowParam, Q] {
 	return MustRegister(NewGetKernel(name, rowParamCodec, result, func(b *Block, p rowParam) (Q, error) {
 		if err := p.shape(1, 0); err != nil {
 			return zero, err
+		}
+		if b.sparse() {
+			t, err := b.table(p.Rows[0])
+			if err != nil || t == nil {
+				return zero, err
+			}
+			return sparseFold(t, f, merge), nil
 		}
 		x, err := b.peek(p.Rows[0])
 		if err != nil || x == nil {
@@ -309,22 +318,55 @@ func rowAgg[Q any](name string, result Codec[Q], zero Q, f func(x []float64) Q) 
 	}))
 }
 
+// oneZero is a column of a sparse partition that is not stored: a
+// partition has 2^64/NumServers columns, so it always has some.
+var oneZero = [1]float64{}
+
+// sparseFold computes an aggregate f of a sparse row in one partition: f
+// over the table's slots (the empty ones hold +0, values of columns not
+// stored), over a 0 for the columns not stored (a table without slots
+// has none to show), and over the entry of column 0 in its side slot,
+// merged by merge. The specialised loops of the dense rows run on the
+// slots.
+func sparseFold[Q any](t *longTable[float64], f func([]float64) Q, merge func(a, b Q) Q) Q {
+	q := merge(f(t.vals), f(oneZero[:]))
+	if t.hasZero {
+		q = merge(q, f([]float64{t.zeroVal}))
+	}
+	return q
+}
+
+func addF(a, b float64) float64 { return a + b }
+func addI(a, b int64) int64     { return a + b }
+
+func nrm2Fold(a, b []float64) []float64 {
+	s, q := combineNrm2(a[0], a[1], b[0], b[1])
+	return []float64{s, q}
+}
+
 // Kernels of the aggregates. Each computes a partial result on a block; the
 // worker half merges the partials. A row never written is all zeros, known
 // without reading it.
 var (
-	kSum  = rowAgg("psf.Sum", Float64, 0, sumOf)
-	kAsum = rowAgg("psf.Asum", Float64, 0, asumOf)
-	kMax  = rowAgg("psf.Max", Float64, 0, maxOf)
-	kMin  = rowAgg("psf.Min", Float64, 0, minOf)
-	kAmax = rowAgg("psf.Amax", Float64, 0, amaxOf)
-	kAmin = rowAgg("psf.Amin", Float64, 0, aminOf)
-	kNnz  = rowAgg("psf.Nnz", Int64, 0, nnzOf)
+	kSum  = rowAgg("psf.Sum", Float64, 0, sumOf, addF)
+	kAsum = rowAgg("psf.Asum", Float64, 0, asumOf, addF)
+	kMax  = rowAgg("psf.Max", Float64, 0, maxOf, maxMerge)
+	kMin  = rowAgg("psf.Min", Float64, 0, minOf, minMerge)
+	kAmax = rowAgg("psf.Amax", Float64, 0, amaxOf, maxMerge)
+	kAmin = rowAgg("psf.Amin", Float64, 0, aminOf, minMerge)
+	kNnz  = rowAgg("psf.Nnz", Int64, 0, nnzOf, addI)
 	kNrm2 = rowAgg("psf.Nrm2", Float64s, []float64{0, 1}, func(x []float64) []float64 {
 		scale, ssq := nrm2Partial(x)
 		return []float64{scale, ssq}
-	})
+	}, nrm2Fold)
 	kDot = MustRegister(NewGetKernel("psf.Dot", rowParamCodec, Float64, func(b *Block, p rowParam) (float64, error) {
+		if b.sparse() {
+			ts, err := sparseRows(b, p, 2, 0)
+			if err != nil {
+				return 0, err
+			}
+			return sparseDot(ts[0], ts[1]), nil
+		}
 		xs, err := peekRows(b, p, 2, 0)
 		if err != nil {
 			return 0, err
@@ -341,6 +383,13 @@ var (
 		}
 	}))
 	kEqual = MustRegister(NewGetKernel("psf.Equal", rowParamCodec, Bool, func(b *Block, p rowParam) (bool, error) {
+		if b.sparse() {
+			ts, err := sparseRows(b, p, 2, 0)
+			if err != nil {
+				return false, err
+			}
+			return sparseEqual(ts[0], ts[1]), nil
+		}
 		xs, err := peekRows(b, p, 2, 0)
 		if err != nil {
 			return false, err
@@ -363,12 +412,22 @@ var (
 		return true, nil
 	}))
 	kSize = MustRegister(NewGetKernel("psf.Size", rowParamCodec, Int64, func(b *Block, p rowParam) (int64, error) {
+		if b.sparse() {
+			ts, err := sparseRows(b, p, 1, 0)
+			if err != nil {
+				return 0, err
+			}
+			return int64(ts[0].Len()), nil
+		}
 		if _, err := peekRows(b, p, 1, 0); err != nil {
 			return 0, err
 		}
 		return int64(b.Partition().Width()), nil
 	}))
 	kPull = MustRegister(NewGetKernel("psf.Pull", rowParamCodec, Float64s, func(b *Block, p rowParam) ([]float64, error) {
+		if b.sparse() {
+			return nil, errPullSparse
+		}
 		xs, err := rowsOf(b, p, 1, 0)
 		if err != nil {
 			return nil, err
@@ -376,6 +435,9 @@ var (
 		return xs[0], nil
 	}))
 	kPullRows = MustRegister(NewGetKernel("psf.PullRows", rowParamCodec, Float64s, func(b *Block, p rowParam) ([]float64, error) {
+		if b.sparse() {
+			return nil, errPullSparse
+		}
 		if len(p.Scalars) != 0 || len(p.Rows) == 0 {
 			return nil, fmt.Errorf("%w: %d rows and %d scalars", ErrBadRequest, len(p.Rows), len(p.Scalars))
 		}
@@ -393,27 +455,165 @@ var (
 		}
 		return out, nil
 	}))
+	// kPullAt returns the values of rows (one or more) at columns, row by
+	// row.
 	kPullAt = MustRegister(NewGetKernel("psf.PullAt", arrayParamCodec, Float64s, func(b *Block, p arrayParam) ([]float64, error) {
-		if len(p.Rows) != 1 || len(p.Vals) != 0 {
-			return nil, fmt.Errorf("%w: %d rows and %d values (want 1 and 0)", ErrBadRequest, len(p.Rows), len(p.Vals))
+		if len(p.Rows) == 0 || len(p.Vals) != 0 {
+			return nil, fmt.Errorf("%w: %d rows and %d values (want some rows and no values)", ErrBadRequest, len(p.Rows), len(p.Vals))
 		}
-		x, err := b.peek(p.Rows[0])
-		if err != nil {
-			return nil, err
+		if len(p.Cols) > 0 && len(p.Rows) > maxPayload/8/len(p.Cols) {
+			return nil, fmt.Errorf("%w: %d rows at %d columns do not fit one message", ErrBadRequest, len(p.Rows), len(p.Cols))
 		}
 		pm := b.Partition()
-		out := make([]float64, len(p.Cols))
-		for i, c := range p.Cols {
+		for _, c := range p.Cols {
 			if !pm.HasCol(c) {
 				return nil, fmt.Errorf("%w: column %d is not in %s", ErrBadRequest, c, pm)
 			}
-			if x != nil {
-				out[i] = x[c-pm.ColStart]
+		}
+		out := make([]float64, 0, len(p.Rows)*len(p.Cols))
+		for _, r := range p.Rows {
+			if b.sparse() {
+				t, err := b.table(r)
+				if err != nil {
+					return nil, err
+				}
+				for _, c := range p.Cols {
+					v, _ := t.Get(c)
+					out = append(out, v)
+				}
+				continue
+			}
+			x, err := b.peek(r)
+			if err != nil {
+				return nil, err
+			}
+			for _, c := range p.Cols {
+				if x == nil {
+					out = append(out, 0)
+				} else {
+					out = append(out, x[c-pm.ColStart])
+				}
 			}
 		}
 		return out, nil
 	}))
+	// kPullSparse returns the entries of rows that are not +0, sorted by
+	// column, one vector per row.
+	kPullSparse = MustRegister(NewGetKernel("psf.PullSparse", rowParamCodec, sparseVectorsCodec, func(b *Block, p rowParam) ([]SparseVector, error) {
+		if len(p.Scalars) != 0 || len(p.Rows) == 0 {
+			return nil, fmt.Errorf("%w: %d rows and %d scalars", ErrBadRequest, len(p.Rows), len(p.Scalars))
+		}
+		total := 0
+		for _, r := range p.Rows {
+			n := b.Partition().Width()
+			if b.sparse() {
+				t, err := b.table(r)
+				if err != nil {
+					return nil, err
+				}
+				n = t.Len()
+			}
+			if total += n; total > maxPayload/17 {
+				return nil, fmt.Errorf("%w: %d rows of up to %d entries do not fit one message; ask for fewer rows", ErrBadRequest, len(p.Rows), total)
+			}
+		}
+		out := make([]SparseVector, len(p.Rows))
+		for j, r := range p.Rows {
+			if b.sparse() {
+				t, err := b.table(r)
+				if err != nil {
+					return nil, err
+				}
+				out[j] = sortedEntries(t)
+				continue
+			}
+			x, err := b.peek(r)
+			if err != nil {
+				return nil, err
+			}
+			v := SparseVector{Indices: []int64{}, Values: []float64{}}
+			c0 := b.Partition().ColStart
+			for i, x := range x {
+				if !isPosZero(x) {
+					v.Indices = append(v.Indices, c0+int64(i))
+					v.Values = append(v.Values, x)
+				}
+			}
+			out[j] = v
+		}
+		return out, nil
+	}))
 )
+
+// errPullSparse is the server's answer to Pull and PullRows on a sparse
+// matrix.
+var errPullSparse = fmt.Errorf("%w: its rows have 2^64 columns; use PullSparse (Matrix.GetSparseRow)", ErrSparse)
+
+// sparseRows returns the tables of p's rows in a sparse block (nil for
+// rows holding nothing), after checking the shape.
+func sparseRows(b *Block, p rowParam, rows, scalars int) ([]*longTable[float64], error) {
+	if err := p.shape(rows, scalars); err != nil {
+		return nil, err
+	}
+	return b.tables(p.Rows)
+}
+
+// sparseDot returns the dot product of two sparse rows in one partition,
+// like dotOf: over the entries of the smaller, looked up in the other,
+// summed in blocks; a column where one row holds an infinity or NaN and the
+// other nothing gives NaN (0*Inf), as for dense rows.
+func sparseDot(x, y *longTable[float64]) float64 {
+	if x.Len() > y.Len() {
+		x, y = y, x
+	}
+	var a acc
+	var s float64
+	n := 0
+	for k, v := range x.All {
+		w, _ := y.Get(k)
+		s += v * w
+		if n++; n == block {
+			a.add(s)
+			s, n = 0, 0
+		}
+	}
+	a.add(s)
+	if y != nil && (!finite(y.vals) || y.hasZero && y.zeroVal-y.zeroVal != 0) {
+		for k, w := range y.All {
+			if w-w != 0 {
+				if _, ok := x.Get(k); !ok {
+					return math.NaN()
+				}
+			}
+		}
+	}
+	return a.sum()
+}
+
+// finite reports whether every value of x is finite.
+func finite(x []float64) bool {
+	var s float64
+	for _, v := range x {
+		s += v - v // 0 for finite values, NaN otherwise
+	}
+	return s == 0
+}
+
+// sparseEqual reports whether two sparse rows hold the same values at every
+// column (-0 equals 0, NaN equals nothing).
+func sparseEqual(x, y *longTable[float64]) bool {
+	for k, v := range x.All {
+		if w, _ := y.Get(k); v != w {
+			return false
+		}
+	}
+	for k, w := range y.All {
+		if v, _ := x.Get(k); v != w {
+			return false
+		}
+	}
+	return true
+}
 
 // nrm2Partial returns (scale, ssq) with sum(x^2) = scale^2 * ssq, computed
 // directly when that neither overflows nor underflows, else with LAPACK's
@@ -515,13 +715,14 @@ func Asum(row int) GetFunc[float64] {
 }
 
 // Max returns the largest value of row (NaN if it holds one; +0 is
-// larger than -0).
+// larger than -0). The columns a sparse row does not store count as 0: Max
+// of a sparse row of negative values is 0.
 func Max(row int) GetFunc[float64] {
 	return rowFunc(kMax, rowParam{Rows: []int{row}}, foldMerge(maxMerge))
 }
 
 // Min returns the smallest value of row (NaN if it holds one; -0 is
-// smaller than +0).
+// smaller than +0), counting the columns a sparse row does not store as 0.
 func Min(row int) GetFunc[float64] {
 	return rowFunc(kMin, rowParam{Rows: []int{row}}, foldMerge(minMerge))
 }
@@ -532,7 +733,8 @@ func Amax(row int) GetFunc[float64] {
 	return rowFunc(kAmax, rowParam{Rows: []int{row}}, foldMerge(maxMerge))
 }
 
-// Amin returns the smallest absolute value of row (NaN if it holds one).
+// Amin returns the smallest absolute value of row (NaN if it holds one; 0
+// for a sparse row otherwise, which always has columns not stored).
 func Amin(row int) GetFunc[float64] {
 	return rowFunc(kAmin, rowParam{Rows: []int{row}}, foldMerge(minMerge))
 }
@@ -542,8 +744,9 @@ func Nnz(row int) GetFunc[int64] {
 	return rowFunc(kNnz, rowParam{Rows: []int{row}}, countMerge)
 }
 
-// Size returns the number of values of row (the matrix's columns), counted
-// by the partitions.
+// Size returns the number of values of row, counted by the partitions: the
+// matrix's columns for a dense matrix, the entries stored (those that are
+// not +0) for a sparse one, whose 2^64 columns do not fit an int64.
 func Size(row int) GetFunc[int64] {
 	return rowFunc(kSize, rowParam{Rows: []int{row}}, countMerge)
 }
@@ -582,9 +785,13 @@ func Equal(a, b int) GetFunc[bool] {
 	})
 }
 
-// Pull returns the values of row.
+// Pull returns the values of row of a dense matrix (on a sparse one it
+// fails with ErrSparse: use PullSparse).
 func Pull(row int) GetFunc[[]float64] {
 	return NewGet(kPull, func(m *MatrixMeta) ([]Part[rowParam], error) {
+		if m.Type == Sparse {
+			return nil, errSparse("psf.Pull", m, "its rows have 2^64 columns; use PullSparse (Matrix.GetSparseRow)")
+		}
 		return SplitRows(m, rowParam{Rows: []int{row}}, row)
 	}, func(m *MatrixMeta, parts []Part[[]float64]) ([]float64, error) {
 		out := make([]float64, m.Cols)
@@ -616,22 +823,16 @@ func placeParts(m *MatrixMeta, parts []Part[[]float64], n int, dst func(i int, p
 	return nil
 }
 
-// PullRows returns the values of rows (in the order given; rows may repeat
-// and may lie in different row blocks).
+// PullRows returns the values of rows of a dense matrix (in the order
+// given; rows may repeat and may lie in different row blocks). On a sparse
+// matrix it fails with ErrSparse: use PullSparseRows.
 func PullRows(rows []int) GetFunc[[][]float64] {
 	rows = append([]int(nil), rows...)
 	return NewGet(kPullRows, func(m *MatrixMeta) ([]Part[rowParam], error) {
-		if err := m.CheckRows(rows...); err != nil {
-			return nil, err
+		if m.Type == Sparse {
+			return nil, errSparse("psf.PullRows", m, "its rows have 2^64 columns; use PullSparseRows (Matrix.GetSparseRows)")
 		}
-		groups := m.rowsByBlock(rows)
-		var out []Part[rowParam]
-		for _, rb := range sortedKeys(groups) {
-			for _, p := range m.RowPartitions(groups[rb][0]) {
-				out = append(out, Part[rowParam]{Partition: p, Value: rowParam{Rows: groups[rb]}})
-			}
-		}
-		return out, nil
+		return splitRowBlocks(m, rows)
 	}, func(m *MatrixMeta, parts []Part[[]float64]) ([][]float64, error) {
 		out := make([][]float64, len(rows))
 		pos := make(map[int][]int) // row block -> positions in rows, in order
@@ -678,20 +879,57 @@ var arrayParamCodec = NewCodec(func(e *Encoder, p arrayParam) {
 	return arrayParam{Rows: d.Ints(), Cols: d.Int64s(), Vals: d.Float64s()}
 })
 
+// splitRowBlocks is the split of functions over rows in any row blocks:
+// for each row block, a part for each of its partitions with the rows of
+// rows in that block, in order.
+func splitRowBlocks(m *MatrixMeta, rows []int) ([]Part[rowParam], error) {
+	if len(rows) == 0 {
+		return nil, errors.New("psf: no rows")
+	}
+	if err := m.CheckRows(rows...); err != nil {
+		return nil, err
+	}
+	groups := m.rowsByBlock(rows)
+	var out []Part[rowParam]
+	for _, rb := range sortedKeys(groups) {
+		for _, p := range m.RowPartitions(groups[rb][0]) {
+			out = append(out, Part[rowParam]{Partition: p, Value: rowParam{Rows: groups[rb]}})
+		}
+	}
+	return out, nil
+}
+
 // splitCols groups global columns of row by partition: for each partition,
 // the positions (in cols) of its columns.
 func splitCols[I int | int64](m *MatrixMeta, row int, cols []I) (map[int][]int, error) {
 	if err := m.CheckRows(row); err != nil {
 		return nil, err
 	}
-	groups := make(map[int][]int)
+	groups, err := colBlocks(m, cols)
+	if err != nil {
+		return nil, err
+	}
 	base := row / m.RowBlock * int(m.NumColBlocks())
-	for i, c := range cols {
-		if c < 0 || int64(c) >= m.Cols {
-			return nil, fmt.Errorf("psf: matrix %q has no column %d (it has %d)", m.Name, c, m.Cols)
+	out := make(map[int][]int)
+	for cb, pos := range groups {
+		if len(pos) > 0 {
+			out[base+cb] = pos
 		}
-		id := base + int(int64(c)/m.ColBlock)
-		groups[id] = append(groups[id], i)
+	}
+	return out, nil
+}
+
+// colBlocks groups columns by column block: for each block (index), the
+// positions (in cols) of its columns, in order. Columns a dense matrix
+// does not have are an error.
+func colBlocks[I int | int64](m *MatrixMeta, cols []I) ([][]int, error) {
+	groups := make([][]int, m.NumColBlocks())
+	for i, c := range cols {
+		if err := m.checkCol(int64(c)); err != nil {
+			return nil, err
+		}
+		cb := m.ColBlockOf(int64(c))
+		groups[cb] = append(groups[cb], i)
 	}
 	return groups, nil
 }
@@ -737,4 +975,147 @@ func PullAt[I int | int64](row int, cols []I) GetFunc[[]float64] {
 		}
 		return out, nil
 	})
+}
+
+// PullRowsAt returns the values of rows at columns cols, of a dense or a
+// sparse matrix: out[i][j] is row rows[i] at column cols[j]. Rows and
+// columns may come in any order and repeat; rows may lie in different row
+// blocks. Columns are [0, Cols) for a dense matrix, any int64 for a sparse
+// one.
+func PullRowsAt[I int | int64](rows []int, cols []I) GetFunc[[][]float64] {
+	rows = append([]int(nil), rows...)
+	cols = append([]I(nil), cols...)
+	type plan struct {
+		rowPos map[int][]int // row block -> positions in rows
+		colPos [][]int       // column block -> positions in cols
+	}
+	makePlan := func(m *MatrixMeta) (plan, error) {
+		if len(rows) == 0 {
+			return plan{}, errors.New("psf: PullRowsAt: no rows")
+		}
+		if err := m.CheckRows(rows...); err != nil {
+			return plan{}, err
+		}
+		colPos, err := colBlocks(m, cols)
+		if err != nil {
+			return plan{}, err
+		}
+		rowPos := make(map[int][]int)
+		for i, r := range rows {
+			rowPos[r/m.RowBlock] = append(rowPos[r/m.RowBlock], i)
+		}
+		return plan{rowPos, colPos}, nil
+	}
+	return NewGet(kPullAt, func(m *MatrixMeta) ([]Part[arrayParam], error) {
+		pl, err := makePlan(m)
+		if err != nil {
+			return nil, err
+		}
+		ncb := int(m.NumColBlocks())
+		var out []Part[arrayParam]
+		for _, rb := range sortedKeys(pl.rowPos) {
+			rs := make([]int, len(pl.rowPos[rb]))
+			for i, j := range pl.rowPos[rb] {
+				rs[i] = rows[j]
+			}
+			for cb, pos := range pl.colPos {
+				if len(pos) == 0 {
+					continue
+				}
+				cs := make([]int64, len(pos))
+				for i, j := range pos {
+					cs[i] = int64(cols[j])
+				}
+				out = append(out, Part[arrayParam]{Partition: m.Partition(rb*ncb + cb), Value: arrayParam{Rows: rs, Cols: cs}})
+			}
+		}
+		return out, nil
+	}, func(m *MatrixMeta, parts []Part[[]float64]) ([][]float64, error) {
+		pl, err := makePlan(m)
+		if err != nil {
+			return nil, err
+		}
+		out := make([][]float64, len(rows))
+		for i := range out {
+			out[i] = make([]float64, len(cols))
+		}
+		n := 0
+		for _, p := range parts {
+			rp, cp := pl.rowPos[p.Partition.RowStart/m.RowBlock], pl.colPos[p.Partition.ColBlock]
+			if len(p.Value) != len(rp)*len(cp) {
+				return nil, fmt.Errorf("psf: %d values from %s, want %d", len(p.Value), p.Partition, len(rp)*len(cp))
+			}
+			for a, i := range rp {
+				for b, j := range cp {
+					out[i][j] = p.Value[a*len(cp)+b]
+				}
+			}
+			n += len(p.Value)
+		}
+		if n != len(rows)*len(cols) {
+			return nil, fmt.Errorf("psf: got %d of %d values", n, len(rows)*len(cols))
+		}
+		return out, nil
+	})
+}
+
+// PullSparse returns the entries of row that are not +0, sorted by column:
+// for a sparse matrix its stored entries, for a dense one its non-zero
+// values (and -0s).
+func PullSparse(row int) GetFunc[SparseVector] {
+	merge := sparseRowsMerge([]int{row})
+	return NewGet(kPullSparse, func(m *MatrixMeta) ([]Part[rowParam], error) {
+		return splitRowBlocks(m, []int{row})
+	}, func(m *MatrixMeta, parts []Part[[]SparseVector]) (SparseVector, error) {
+		vs, err := merge(m, parts)
+		if err != nil {
+			return SparseVector{}, err
+		}
+		return vs[0], nil
+	})
+}
+
+// PullSparseRows returns the entries of rows that are not +0, as
+// PullSparse does for each (in the order given; rows may repeat and may
+// lie in different row blocks).
+func PullSparseRows(rows []int) GetFunc[[]SparseVector] {
+	rows = append([]int(nil), rows...)
+	return NewGet(kPullSparse, func(m *MatrixMeta) ([]Part[rowParam], error) {
+		return splitRowBlocks(m, rows)
+	}, sparseRowsMerge(rows))
+}
+
+// sparseRowsMerge returns the merge of PullSparseRows(rows): each row's
+// sorted pieces, one per column block, merged into one vector.
+func sparseRowsMerge(rows []int) func(m *MatrixMeta, parts []Part[[]SparseVector]) ([]SparseVector, error) {
+	return func(m *MatrixMeta, parts []Part[[]SparseVector]) ([]SparseVector, error) {
+		pos := make(map[int][]int) // row block -> positions in rows
+		for i, r := range rows {
+			pos[r/m.RowBlock] = append(pos[r/m.RowBlock], i)
+		}
+		pieces := make([][]SparseVector, len(rows))
+		for _, p := range parts {
+			pm := p.Partition
+			ps := pos[pm.RowStart/m.RowBlock]
+			if len(p.Value) != len(ps) {
+				return nil, fmt.Errorf("psf: %d rows from %s, want %d", len(p.Value), pm, len(ps))
+			}
+			for i, j := range ps {
+				pieces[j] = append(pieces[j], p.Value[i])
+			}
+		}
+		out := make([]SparseVector, len(rows))
+		ncb := int(m.NumColBlocks())
+		for j := range rows {
+			if len(pieces[j]) != ncb {
+				return nil, fmt.Errorf("psf: got %d of %d column blocks of row %d", len(pieces[j]), ncb, rows[j])
+			}
+			v, err := mergeSparse(pieces[j])
+			if err != nil {
+				return nil, err
+			}
+			out[j] = v
+		}
+		return out, nil
+	}
 }

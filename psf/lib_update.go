@@ -26,10 +26,79 @@ func ioRows(b *Block, p rowParam, nIn, nScalars int) ([][]float64, []float64, er
 	return in, out, err
 }
 
+// sparseChecks holds, by kernel name, the library update functions' checks
+// that they are defined on sparse rows with parameter p: the reason they
+// are not, or "". The worker half checks before sending, the kernel again.
+// Written at package initialization only.
+var sparseChecks = map[string]func(p rowParam) string{}
+
+// zeroReason returns why a function whose value at columns not stored
+// would be v cannot run on sparse rows, or "" if v is a zero.
+func zeroReason(what string, v float64) string {
+	if v == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s is %v, not 0, which every column not stored would take", what, v)
+}
+
+// checkSparse returns the ErrSparse of kernel name with p, if any.
+func checkSparse(name string, p rowParam) error {
+	if chk := sparseChecks[name]; chk != nil {
+		if reason := chk(p); reason != "" {
+			return fmt.Errorf("%w: %s", ErrSparse, reason)
+		}
+	}
+	return nil
+}
+
+// mapEntries sets every entry (k, v) of t to f(k, v), and removes those
+// that become +0.
+func mapEntries(t *longTable[float64], f func(k int64, v float64) float64) {
+	if t == nil {
+		return
+	}
+	var zeros []int64
+	for i, k := range t.keys {
+		if k != 0 {
+			v := f(k, t.vals[i])
+			t.vals[i] = v
+			if isPosZero(v) {
+				zeros = append(zeros, k)
+			}
+		}
+	}
+	if t.hasZero {
+		t.zeroVal = f(0, t.zeroVal)
+		if isPosZero(t.zeroVal) {
+			zeros = append(zeros, 0)
+		}
+	}
+	for _, k := range zeros {
+		t.Delete(k)
+	}
+}
+
 // unaryKernel registers an update kernel computing row to = f(row from),
-// element by element, with nScalars scalars s passed to f.
+// element by element, with nScalars scalars s passed to f. On sparse rows
+// f runs on the stored entries, when f(0, s) is 0.
 func unaryKernel(name string, nScalars int, f func(x float64, s []float64) float64) *UpdateKernel[rowParam] {
+	sparseChecks[name] = func(p rowParam) string { return zeroReason(name+" of 0", f(0, p.Scalars)) }
 	return MustRegister(newLibUpdateKernel(name, rowParamCodec, func(b *Block, p rowParam) error {
+		if b.sparse() {
+			ts, err := sparseRows(b, p, 2, nScalars)
+			if err != nil {
+				return err
+			}
+			if err := checkSparse(name, p); err != nil {
+				return err
+			}
+			out := ts[0]
+			if p.Rows[0] != p.Rows[1] {
+				out = out.Clone()
+			} // else in place: nothing can fail from here on
+			mapEntries(out, func(_ int64, v float64) float64 { return f(v, p.Scalars) })
+			return b.setTable(p.Rows[1], out)
+		}
 		xs, err := peekRows(b, p, 2, nScalars)
 		if err != nil {
 			return err
@@ -53,9 +122,22 @@ func unaryKernel(name string, nScalars int, f func(x float64, s []float64) float
 	}))
 }
 
-// binaryKernel registers an update kernel computing row to = f(a, b).
+// binaryKernel registers an update kernel computing row to = f(a, b). On
+// sparse rows f runs at the columns where a or b stores an entry, when
+// f(0, 0) is 0.
 func binaryKernel(name string, f func(x, y float64) float64) *UpdateKernel[rowParam] {
+	sparseChecks[name] = func(rowParam) string { return zeroReason(name+" of 0 and 0", f(0, 0)) }
 	return MustRegister(newLibUpdateKernel(name, rowParamCodec, func(b *Block, p rowParam) error {
+		if b.sparse() {
+			ts, err := sparseRows(b, p, 3, 0)
+			if err != nil {
+				return err
+			}
+			if err := checkSparse(name, p); err != nil {
+				return err
+			}
+			return b.setTable(p.Rows[2], sparseZip(ts[0], ts[1], f))
+		}
 		in, z, err := ioRows(b, p, 2, 0)
 		if err != nil {
 			return err
@@ -66,6 +148,27 @@ func binaryKernel(name string, f func(x, y float64) float64) *UpdateKernel[rowPa
 		}
 		return nil
 	}))
+}
+
+// sparseZip returns the table of f(x, y) at the columns where x or y
+// stores an entry (f(0, 0) must be 0), without its +0 results.
+func sparseZip(x, y *longTable[float64], f func(x, y float64) float64) *longTable[float64] {
+	out := x.Clone()
+	if out == nil {
+		out = newLongTable[float64](y.Len())
+	}
+	mapEntries(out, func(k int64, v float64) float64 {
+		w, _ := y.Get(k)
+		return f(v, w)
+	})
+	for k, w := range y.All {
+		if _, ok := x.Get(k); !ok {
+			if v := f(0, w); !isPosZero(v) {
+				out.Set(k, v)
+			}
+		}
+	}
+	return out
 }
 
 func signum(x float64) float64 {
@@ -106,6 +209,34 @@ var (
 	kMinV = binaryKernel("psf.MinV", math.Min)
 
 	kAxpy = MustRegister(newLibUpdateKernel("psf.Axpy", rowParamCodec, func(b *Block, p rowParam) error {
+		if b.sparse() {
+			ts, err := sparseRows(b, p, 2, 1)
+			if err != nil {
+				return err
+			}
+			if err := checkSparse("psf.Axpy", p); err != nil {
+				return err
+			}
+			a, x := p.Scalars[0], ts[0]
+			if x == nil {
+				return nil // y + a*0 = y for a finite a
+			}
+			if p.Rows[0] == p.Rows[1] {
+				mapEntries(x, func(_ int64, v float64) float64 { return v + a*v })
+				return b.setTable(p.Rows[1], x)
+			}
+			y := ts[1]
+			if y == nil {
+				y = newLongTable[float64](x.Len())
+			}
+			for k, v := range x.All {
+				r := y.Ref(k)
+				if *r += a * v; isPosZero(*r) {
+					y.Delete(k)
+				}
+			}
+			return b.setTable(p.Rows[1], y)
+		}
 		in, y, err := ioRows(b, p, 1, 1)
 		if err != nil {
 			return err
@@ -117,6 +248,18 @@ var (
 		return nil
 	}))
 	kScale = MustRegister(newLibUpdateKernel("psf.Scale", rowParamCodec, func(b *Block, p rowParam) error {
+		if b.sparse() {
+			ts, err := sparseRows(b, p, 1, 1)
+			if err != nil {
+				return err
+			}
+			if err := checkSparse("psf.Scale", p); err != nil {
+				return err
+			}
+			a := p.Scalars[0]
+			mapEntries(ts[0], func(_ int64, v float64) float64 { return v * a })
+			return b.setTable(p.Rows[0], ts[0])
+		}
 		xs, err := peekRows(b, p, 1, 1)
 		if err != nil {
 			return err
@@ -135,6 +278,15 @@ var (
 		return nil
 	}))
 	kFill = MustRegister(newLibUpdateKernel("psf.Fill", rowParamCodec, func(b *Block, p rowParam) error {
+		if b.sparse() {
+			if _, err := sparseRows(b, p, 1, 1); err != nil {
+				return err
+			}
+			if err := checkSparse("psf.Fill", p); err != nil {
+				return err
+			}
+			return b.clearRow(p.Rows[0])
+		}
 		if _, err := peekRows(b, p, 1, 1); err != nil {
 			return err
 		}
@@ -152,6 +304,9 @@ var (
 		return nil
 	}))
 	kUniform = MustRegister(newLibUpdateKernel("psf.RandomUniform", rowParamCodec, func(b *Block, p rowParam) error {
+		if b.sparse() {
+			return errRandomSparse
+		}
 		xs, err := rowsOf(b, p, 1, 2)
 		if err != nil {
 			return err
@@ -163,6 +318,9 @@ var (
 		return nil
 	}))
 	kNormal = MustRegister(newLibUpdateKernel("psf.RandomNormal", rowParamCodec, func(b *Block, p rowParam) error {
+		if b.sparse() {
+			return errRandomSparse
+		}
 		xs, err := rowsOf(b, p, 1, 2)
 		if err != nil {
 			return err
@@ -174,11 +332,32 @@ var (
 		return nil
 	}))
 
-	kIncrement = arrayKernel("psf.Increment", func(y, v float64) float64 { return y + v })
+	kIncrement = arrayKernel("psf.Increment", addF)
 	kMaxA      = arrayKernel("psf.MaxA", math.Max)
 	kMinA      = arrayKernel("psf.MinA", math.Min)
-	kPut       = arrayKernel("psf.Put", func(_, v float64) float64 { return v })
+	kPut       = arrayKernel("psf.Put", putF)
+
+	kIncrementRowsAt = vecKernel("psf.IncrementRowsAt", addF, false)
+	kPutRowsAt       = vecKernel("psf.PutRowsAt", putF, false)
+	kPutSparseRows   = vecKernel("psf.PutSparseRows", putF, true)
 )
+
+func putF(_, v float64) float64 { return v }
+
+// errRandomSparse is the answer of RandomUniform and RandomNormal on a
+// sparse matrix.
+var errRandomSparse = fmt.Errorf("%w: random values would fill the 2^64 columns; put values at chosen columns (PutAt, with UniformAt or NormalAt)", ErrSparse)
+
+func init() {
+	sparseChecks["psf.Axpy"] = func(p rowParam) string { return zeroReason("a*0 for a = "+fmt.Sprint(p.Scalars[0]), p.Scalars[0]*0) }
+	sparseChecks["psf.Scale"] = func(p rowParam) string { return zeroReason("0*a for a = "+fmt.Sprint(p.Scalars[0]), p.Scalars[0]*0) }
+	sparseChecks["psf.Fill"] = func(p rowParam) string { return zeroReason("the value", p.Scalars[0]) }
+	random := func(rowParam) string {
+		return "random values would fill the 2^64 columns; put values at chosen columns (PutAt, with UniformAt or NormalAt)"
+	}
+	sparseChecks["psf.RandomUniform"] = random
+	sparseChecks["psf.RandomNormal"] = random
+}
 
 // arrayKernel registers an update kernel setting y = f(y, v) for values v
 // sent by the worker, either for whole rows or at given columns.
@@ -195,6 +374,22 @@ func arrayKernel(name string, f func(y, v float64) float64) *UpdateKernel[arrayP
 					return fmt.Errorf("%w: column %d is not in %s", ErrBadRequest, c, pm)
 				}
 			}
+			if b.sparse() {
+				t, err := b.table(p.Rows[0])
+				if err != nil {
+					return err
+				}
+				if t == nil {
+					t = newLongTable[float64](len(p.Cols))
+				}
+				for i, c := range p.Cols {
+					r := t.Ref(c)
+					if *r = f(*r, p.Vals[i]); isPosZero(*r) {
+						t.Delete(c)
+					}
+				}
+				return b.setTable(p.Rows[0], t)
+			}
 			y, err := b.Row(p.Rows[0])
 			if err != nil {
 				return err
@@ -203,6 +398,9 @@ func arrayKernel(name string, f func(y, v float64) float64) *UpdateKernel[arrayP
 				y[c-pm.ColStart] = f(y[c-pm.ColStart], p.Vals[i])
 			}
 			return nil
+		}
+		if b.sparse() {
+			return fmt.Errorf("%w: whole rows have 2^64 columns; give columns (the ...At functions)", ErrSparse)
 		}
 		if len(p.Vals) != len(p.Rows)*w {
 			return fmt.Errorf("%w: %d values for %d rows of %d columns", ErrBadRequest, len(p.Vals), len(p.Rows), w)
@@ -221,9 +419,17 @@ func arrayKernel(name string, f func(y, v float64) float64) *UpdateKernel[arrayP
 	}))
 }
 
-// rowUpdate is an update function over colocated rows.
+// rowUpdate is an update function over colocated rows. On a sparse
+// matrix it first checks that the function is defined there.
 func rowUpdate(k *UpdateKernel[rowParam], p rowParam) UpdateFunc {
 	return NewUpdate(k, func(m *MatrixMeta) ([]Part[rowParam], error) {
+		if m.Type == Sparse {
+			if chk := sparseChecks[k.Name()]; chk != nil {
+				if reason := chk(p); reason != "" {
+					return nil, errSparse(k.Name(), m, "%s", reason)
+				}
+			}
+		}
 		return SplitRows(m, p, p.Rows...)
 	})
 }
@@ -362,6 +568,9 @@ func NormalAt(seed uint64, col int64) float64 {
 // arrayRows is an update of whole rows with values from the worker.
 func arrayRows(k *UpdateKernel[arrayParam], rows []int, vals [][]float64) UpdateFunc {
 	return NewUpdate(k, func(m *MatrixMeta) ([]Part[arrayParam], error) {
+		if m.Type == Sparse {
+			return nil, errSparse(k.Name(), m, "whole rows have 2^64 columns; give columns (IncrementAt, IncrementRowsAt, PutAt, PutRowsAt, PutSparseRows, MaxAt, MinAt)")
+		}
 		if len(rows) != len(vals) {
 			return nil, fmt.Errorf("psf: %s: %d rows but %d value vectors", k.Name(), len(rows), len(vals))
 		}
@@ -416,6 +625,152 @@ func arrayAt(k *UpdateKernel[arrayParam], row int, cols []int64, vals []float64)
 	})
 }
 
+// vecParam is the parameter of functions with sparse vectors from the
+// worker: one per row, each holding the row's entries in the partition's
+// columns.
+type vecParam struct {
+	Rows []int
+	Vecs []SparseVector
+}
+
+var vecParamCodec = NewCodec(func(e *Encoder, p vecParam) {
+	e.Ints(p.Rows)
+	sparseVectorsCodec.Encode(e, p.Vecs)
+}, func(d *Decoder) vecParam {
+	return vecParam{Rows: d.Ints(), Vecs: sparseVectorsCodec.Decode(d)}
+})
+
+// vecKernel registers an update kernel setting y = f(y, v) at the columns
+// of the vectors v sent by the worker; with replace, the rows are first
+// cleared (the row becomes v).
+func vecKernel(name string, f func(y, v float64) float64, replace bool) *UpdateKernel[vecParam] {
+	return MustRegister(newLibUpdateKernel(name, vecParamCodec, func(b *Block, p vecParam) error {
+		if len(p.Rows) != len(p.Vecs) {
+			return fmt.Errorf("%w: %d rows and %d vectors", ErrBadRequest, len(p.Rows), len(p.Vecs))
+		}
+		pm := b.Partition()
+		for j, r := range p.Rows {
+			if _, _, err := b.locate(r); err != nil {
+				return err
+			}
+			for _, c := range p.Vecs[j].Indices {
+				if !pm.HasCol(c) {
+					return fmt.Errorf("%w: column %d is not in %s", ErrBadRequest, c, pm)
+				}
+			}
+		}
+		for j, r := range p.Rows {
+			v := p.Vecs[j]
+			if b.sparse() {
+				var t *longTable[float64]
+				if !replace {
+					t, _ = b.table(r)
+				}
+				if t == nil {
+					t = newLongTable[float64](v.Len())
+				}
+				for i, c := range v.Indices {
+					x := t.Ref(c)
+					if *x = f(*x, v.Values[i]); isPosZero(*x) {
+						t.Delete(c)
+					}
+				}
+				if err := b.setTable(r, t); err != nil {
+					return err
+				}
+				continue
+			}
+			if replace {
+				if err := b.clearRow(r); err != nil {
+					return err
+				}
+				if allZero(v.Values) {
+					continue
+				}
+			}
+			y, err := b.Row(r)
+			if err != nil {
+				return err
+			}
+			for i, c := range v.Indices {
+				y[c-pm.ColStart] = f(y[c-pm.ColStart], v.Values[i])
+			}
+		}
+		return nil
+	}))
+}
+
+// vecRows is an update of rows at the columns of vectors from the worker.
+// With all, every partition of each row gets a part (an empty vector if
+// none of its columns is in the partition), for functions that change the
+// columns not given.
+func vecRows(k *UpdateKernel[vecParam], rows []int, vecs []SparseVector, all bool) UpdateFunc {
+	return NewUpdate(k, func(m *MatrixMeta) ([]Part[vecParam], error) {
+		if len(rows) != len(vecs) {
+			return nil, fmt.Errorf("psf: %s: %d rows but %d vectors", k.Name(), len(rows), len(vecs))
+		}
+		if err := m.CheckRows(rows...); err != nil {
+			return nil, err
+		}
+		ncb := int(m.NumColBlocks())
+		parts := make(map[int]*vecParam)
+		for i, r := range rows {
+			v := vecs[i]
+			if err := v.Validate(); err != nil {
+				return nil, fmt.Errorf("psf: %s: row %d: %w", k.Name(), r, err)
+			}
+			pieces := make([]SparseVector, ncb)
+			for j, c := range v.Indices {
+				if err := m.checkCol(c); err != nil {
+					return nil, fmt.Errorf("psf: %s: %w", k.Name(), err)
+				}
+				cb := m.ColBlockOf(c)
+				pieces[cb].Indices = append(pieces[cb].Indices, c)
+				pieces[cb].Values = append(pieces[cb].Values, v.Values[j])
+			}
+			base := r / m.RowBlock * ncb
+			for cb, piece := range pieces {
+				if piece.Len() == 0 && !all {
+					continue
+				}
+				p := parts[base+cb]
+				if p == nil {
+					p = &vecParam{}
+					parts[base+cb] = p
+				}
+				p.Rows = append(p.Rows, r)
+				p.Vecs = append(p.Vecs, piece)
+			}
+		}
+		out := make([]Part[vecParam], 0, len(parts))
+		for _, id := range sortedKeys(parts) {
+			out = append(out, Part[vecParam]{Partition: m.Partition(id), Value: *parts[id]})
+		}
+		return out, nil
+	})
+}
+
+// IncrementRowsAt adds vecs[i] to rows[i], for each i, at the vectors'
+// columns: a sparse gradient of several rows in one request. It works on
+// dense matrices (columns in [0, Cols)) and sparse ones (any int64).
+// Each vector's indices must be strictly increasing (NewSparseVector sorts
+// them); rows may repeat.
+func IncrementRowsAt(rows []int, vecs []SparseVector) UpdateFunc {
+	return vecRows(kIncrementRowsAt, rows, vecs, false)
+}
+
+// PutRowsAt sets rows[i] to vecs[i] at the vectors' columns, leaving the
+// other columns as they are.
+func PutRowsAt(rows []int, vecs []SparseVector) UpdateFunc {
+	return vecRows(kPutRowsAt, rows, vecs, false)
+}
+
+// PutSparseRows sets rows[i] to vecs[i]: the vectors' values at their
+// columns, 0 everywhere else.
+func PutSparseRows(rows []int, vecs []SparseVector) UpdateFunc {
+	return vecRows(kPutSparseRows, rows, vecs, true)
+}
+
 // Increment adds vals (one per column) to row.
 func Increment(row int, vals []float64) UpdateFunc {
 	return arrayRows(kIncrement, []int{row}, [][]float64{vals})
@@ -426,7 +781,8 @@ func Increment(row int, vals []float64) UpdateFunc {
 func IncrementRows(rows []int, vals [][]float64) UpdateFunc { return arrayRows(kIncrement, rows, vals) }
 
 // IncrementAt adds vals[i] to row at column cols[i] (a column given twice is
-// added twice).
+// added twice): columns in [0, Cols) for a dense matrix, any int64 for a
+// sparse one, in any order.
 func IncrementAt(row int, cols []int64, vals []float64) UpdateFunc {
 	return arrayAt(kIncrement, row, cols, vals)
 }
@@ -450,3 +806,9 @@ func PutRows(rows []int, vals [][]float64) UpdateFunc { return arrayRows(kPut, r
 // PutAt sets row at column cols[i] to vals[i] (for a column given twice,
 // the last value wins).
 func PutAt(row int, cols []int64, vals []float64) UpdateFunc { return arrayAt(kPut, row, cols, vals) }
+
+// MaxAt sets row at column cols[i] to max(row, vals[i]).
+func MaxAt(row int, cols []int64, vals []float64) UpdateFunc { return arrayAt(kMaxA, row, cols, vals) }
+
+// MinAt sets row at column cols[i] to min(row, vals[i]).
+func MinAt(row int, cols []int64, vals []float64) UpdateFunc { return arrayAt(kMinA, row, cols, vals) }

@@ -20,50 +20,79 @@ const maxNameLen = 200
 // the same row block (the default layout has one) are always colocated.
 var ErrNotColocated = errors.New("psf: rows are not on the same server")
 
-// MatrixMeta describes a matrix and how it is partitioned. Rows x Cols
-// float64 values are cut into blocks of RowBlock rows by ColBlock columns
-// (the last ones smaller); block (rb, cb) is partition rb*NumColBlocks()+cb,
-// held by server (partition id) mod NumServers.
+// MatrixMeta describes a matrix and how it is partitioned.
+//
+// A dense matrix (Type Dense, the default) holds Rows x Cols float64
+// values cut into blocks of RowBlock rows by ColBlock columns (the last
+// ones smaller); block (rb, cb) is partition rb*NumColBlocks()+cb, held by
+// server (partition id) mod NumServers.
+//
+// A sparse matrix (Type Sparse) has Rows rows and a column for every
+// int64, negative ones too (Cols and ColBlock are 0); it stores only the
+// entries that are not +0. Its columns are cut into NumServers column
+// blocks by a hash of the column id (ColBlockOf), and its rows into blocks
+// of RowBlock rows as for a dense matrix, so that partition rb*NumServers+cb
+// is on server cb: every row is spread evenly over all servers, whatever
+// the ids, and all rows are colocated.
 type MatrixMeta struct {
 	// Name identifies the matrix: letters, digits, '.', '_' and '-', not
 	// starting with '.' (it names a directory when saved).
 	Name string `json:"name"`
-	// Rows and Cols are the matrix's size; both at least 1.
+	// Type is Dense or Sparse; empty means Dense.
+	Type MatrixType `json:"type,omitempty"`
+	// Rows and Cols are the matrix's size; both at least 1 for a dense
+	// matrix. A sparse matrix has Cols 0: its columns are every int64.
 	Rows int   `json:"rows"`
 	Cols int64 `json:"cols"`
-	// RowBlock is the number of rows per partition; 0 means all rows (or
-	// fewer if a partition would exceed 2^26 values).
+	// RowBlock is the number of rows per partition; 0 means all rows (for
+	// a dense matrix, fewer if a partition would exceed 2^26 values).
 	RowBlock int `json:"rowBlock"`
-	// ColBlock is the number of columns per partition; 0 means
-	// ceil(Cols/NumServers), so that every row is spread over all servers
-	// (or fewer if a partition would exceed 2^26 values).
+	// ColBlock is the number of columns per partition of a dense matrix;
+	// 0 means ceil(Cols/NumServers), so that every row is spread over all
+	// servers (or fewer if a partition would exceed 2^26 values). It is 0
+	// for a sparse matrix.
 	ColBlock int64 `json:"colBlock"`
 	// NumServers is the number of servers of the job; CreateMatrix fills it.
 	NumServers int `json:"numServers"`
 }
 
-// PartitionMeta is one partition: rows [RowStart, RowEnd) by columns
-// [ColStart, ColEnd) of a matrix, held by server rank Server.
+// PartitionMeta is one partition: rows [RowStart, RowEnd) by the columns
+// of column block ColBlock (of NumColBlocks), held by server rank Server.
+// The columns of a dense matrix's partition are [ColStart, ColEnd); those
+// of a sparse matrix's partition (Sparse) are the int64s c with
+// MatrixMeta.ColBlockOf(c) == ColBlock, and ColStart and ColEnd are 0.
 type PartitionMeta struct {
-	ID       int
-	Server   int
-	RowStart int
-	RowEnd   int
-	ColStart int64
-	ColEnd   int64
+	ID           int
+	Server       int
+	RowStart     int
+	RowEnd       int
+	ColStart     int64
+	ColEnd       int64
+	ColBlock     int
+	NumColBlocks int
+	Sparse       bool
 }
 
-// Width returns the number of columns of p.
+// Width returns the number of columns of p (0 for a sparse partition).
 func (p PartitionMeta) Width() int { return int(p.ColEnd - p.ColStart) }
 
 // HasRow reports whether row r lies in p.
 func (p PartitionMeta) HasRow(r int) bool { return r >= p.RowStart && r < p.RowEnd }
 
 // HasCol reports whether column c lies in p.
-func (p PartitionMeta) HasCol(c int64) bool { return c >= p.ColStart && c < p.ColEnd }
+func (p PartitionMeta) HasCol(c int64) bool {
+	if p.Sparse {
+		return p.NumColBlocks > 0 && sparseColBlock(c, p.NumColBlocks) == p.ColBlock
+	}
+	return c >= p.ColStart && c < p.ColEnd
+}
 
 // String returns the partition's id and rectangle.
 func (p PartitionMeta) String() string {
+	if p.Sparse {
+		return fmt.Sprintf("partition %d rows [%d,%d) column block %d of %d (by hash) on server %d",
+			p.ID, p.RowStart, p.RowEnd, p.ColBlock, p.NumColBlocks, p.Server)
+	}
 	return fmt.Sprintf("partition %d rows [%d,%d) cols [%d,%d) on server %d",
 		p.ID, p.RowStart, p.RowEnd, p.ColStart, p.ColEnd, p.Server)
 }
@@ -88,6 +117,15 @@ func validName(what, s string) error {
 func (m MatrixMeta) withDefaults(servers int) (MatrixMeta, error) {
 	if m.NumServers == 0 {
 		m.NumServers = servers
+	}
+	if m.Type == "" {
+		m.Type = Dense
+	}
+	if m.Type == Sparse {
+		if m.RowBlock == 0 {
+			m.RowBlock = m.Rows
+		}
+		return m, m.validate()
 	}
 	if m.ColBlock == 0 && m.Cols > 0 && m.NumServers > 0 {
 		m.ColBlock = (m.Cols + int64(m.NumServers) - 1) / int64(m.NumServers)
@@ -118,6 +156,13 @@ func (m MatrixMeta) validate() error {
 	if err := validName("matrix", m.Name); err != nil {
 		return err
 	}
+	switch m.Type {
+	case Dense:
+	case Sparse:
+		return m.validateSparse()
+	default:
+		return fmt.Errorf("psf: matrix %q: type %q (want %q or %q)", m.Name, m.Type, Dense, Sparse)
+	}
 	switch {
 	case m.Rows < 1 || m.Cols < 1 || m.Rows > maxRows || m.Cols > maxCols:
 		return fmt.Errorf("psf: matrix %q: size %dx%d (rows from 1 to 2^31, columns from 1 to 2^48)", m.Name, m.Rows, m.Cols)
@@ -137,11 +182,54 @@ func (m MatrixMeta) validate() error {
 	return nil
 }
 
+// validateSparse checks the meta of a sparse matrix.
+func (m MatrixMeta) validateSparse() error {
+	switch {
+	case m.Cols != 0 || m.ColBlock != 0:
+		return fmt.Errorf("psf: sparse matrix %q: Cols %d and ColBlock %d must be 0 (its columns are every int64, cut by hash into one block per server)", m.Name, m.Cols, m.ColBlock)
+	case m.Rows < 1 || m.Rows > maxRows:
+		return fmt.Errorf("psf: matrix %q: %d rows (from 1 to 2^31)", m.Name, m.Rows)
+	case m.NumServers < 1 || m.NumServers > maxServers:
+		return fmt.Errorf("psf: matrix %q: %d servers", m.Name, m.NumServers)
+	case m.RowBlock < 1 || m.RowBlock > m.Rows:
+		return fmt.Errorf("psf: matrix %q: row block %d (from 1 to the %d rows)", m.Name, m.RowBlock, m.Rows)
+	case m.NumColBlocks() > maxPartitions/int64(m.NumRowBlocks()):
+		return fmt.Errorf("psf: matrix %q: more than %d partitions; use larger row blocks", m.Name, maxPartitions)
+	}
+	return nil
+}
+
 // NumRowBlocks returns the number of row blocks.
 func (m *MatrixMeta) NumRowBlocks() int { return (m.Rows + m.RowBlock - 1) / m.RowBlock }
 
-// NumColBlocks returns the number of column blocks.
-func (m *MatrixMeta) NumColBlocks() int64 { return (m.Cols + m.ColBlock - 1) / m.ColBlock }
+// NumColBlocks returns the number of column blocks: NumServers for a
+// sparse matrix.
+func (m *MatrixMeta) NumColBlocks() int64 {
+	if m.Type == Sparse {
+		return int64(m.NumServers)
+	}
+	return (m.Cols + m.ColBlock - 1) / m.ColBlock
+}
+
+// ColBlockOf returns the column block of column c: c/ColBlock for a dense
+// matrix (c must be in [0, Cols)), and for a sparse matrix the high half
+// of the 128-bit product of SplitMix64(c) and the number of column blocks,
+// which spreads any distribution of ids evenly.
+func (m *MatrixMeta) ColBlockOf(c int64) int {
+	if m.Type == Sparse {
+		return sparseColBlock(c, m.NumServers)
+	}
+	return int(c / m.ColBlock)
+}
+
+// checkCol returns an error unless the matrix has column c: any int64 for
+// a sparse matrix, [0, Cols) for a dense one.
+func (m *MatrixMeta) checkCol(c int64) error {
+	if m.Type != Sparse && (c < 0 || c >= m.Cols) {
+		return fmt.Errorf("psf: matrix %q has no column %d (it has %d)", m.Name, c, m.Cols)
+	}
+	return nil
+}
 
 // NumPartitions returns the number of partitions.
 func (m *MatrixMeta) NumPartitions() int { return m.NumRowBlocks() * int(m.NumColBlocks()) }
@@ -151,12 +239,18 @@ func (m *MatrixMeta) Partition(id int) PartitionMeta {
 	ncb := int(m.NumColBlocks())
 	rb, cb := id/ncb, id%ncb
 	p := PartitionMeta{
-		ID:       id,
-		Server:   id % m.NumServers,
-		RowStart: rb * m.RowBlock,
-		RowEnd:   min(m.Rows, (rb+1)*m.RowBlock),
-		ColStart: int64(cb) * m.ColBlock,
-		ColEnd:   min(m.Cols, int64(cb+1)*m.ColBlock),
+		ID:           id,
+		Server:       id % m.NumServers,
+		RowStart:     rb * m.RowBlock,
+		RowEnd:       min(m.Rows, (rb+1)*m.RowBlock),
+		ColBlock:     cb,
+		NumColBlocks: ncb,
+	}
+	if m.Type == Sparse {
+		p.Sparse = true
+	} else {
+		p.ColStart = int64(cb) * m.ColBlock
+		p.ColEnd = min(m.Cols, int64(cb+1)*m.ColBlock)
 	}
 	return p
 }
@@ -172,7 +266,7 @@ func (m *MatrixMeta) Partitions() []PartitionMeta {
 
 // PartitionAt returns the partition holding row r, column c.
 func (m *MatrixMeta) PartitionAt(r int, c int64) PartitionMeta {
-	return m.Partition(r/m.RowBlock*int(m.NumColBlocks()) + int(c/m.ColBlock))
+	return m.Partition(r/m.RowBlock*int(m.NumColBlocks()) + m.ColBlockOf(c))
 }
 
 // RowPartitions returns the partitions that hold row r, by column.
@@ -225,6 +319,7 @@ func (m *MatrixMeta) Colocated(rows ...int) error {
 
 func encodeMeta(e *Encoder, m MatrixMeta) {
 	e.String(m.Name)
+	e.String(string(m.Type))
 	e.Int(m.Rows)
 	e.Varint(m.Cols)
 	e.Int(m.RowBlock)
@@ -235,6 +330,7 @@ func encodeMeta(e *Encoder, m MatrixMeta) {
 func decodeMeta(d *Decoder) MatrixMeta {
 	return MatrixMeta{
 		Name:       d.String(),
+		Type:       MatrixType(d.String()),
 		Rows:       d.Int(),
 		Cols:       d.Varint(),
 		RowBlock:   d.Int(),

@@ -180,6 +180,10 @@ func FuzzKernels(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	smeta, err := MatrixMeta{Name: "s", Type: Sparse, Rows: 6, RowBlock: 3}.withDefaults(2)
+	if err != nil {
+		f.Fatal(err)
+	}
 	registry.RLock()
 	var names []string
 	for name := range registry.m {
@@ -194,10 +198,19 @@ func FuzzKernels(f *testing.F) {
 	}
 	registry.RUnlock()
 	f.Fuzz(func(t *testing.T, which uint8, param []byte) {
-		m := newServerMatrix(meta, 0)
 		k := kernels[int(which)%len(kernels)]
-		b := &Block{m: m, part: m.parts[0], write: k.update()}
-		_ = k.serve(b, param, NewEncoder(nil))
+		for _, mm := range []MatrixMeta{meta, smeta} {
+			m := newServerMatrix(mm, 0)
+			if mm.Type == Sparse { // some entries, in column block 0
+				for c := int64(-50); c < 50; c++ {
+					if m.parts[0].meta.HasCol(c) {
+						m.parts[0].table(int(c+50)%3).Set(c, float64(c))
+					}
+				}
+			}
+			b := &Block{m: m, part: m.parts[0], write: k.update()}
+			_ = k.serve(b, param, NewEncoder(nil))
+		}
 	})
 }
 

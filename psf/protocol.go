@@ -55,6 +55,7 @@ const (
 	codeNoMatrix
 	codeNotColocated
 	codeBadRequest
+	codeSparse
 )
 
 // ErrNoMatrix is answered for a matrix the server does not hold.
@@ -75,12 +76,15 @@ func errorCode(err error) uint8 {
 		return codeNotColocated
 	case errors.Is(err, ErrBadRequest):
 		return codeBadRequest
+	case errors.Is(err, ErrSparse):
+		return codeSparse
 	}
 	return codeError
 }
 
 // RemoteError is an error a server answered. errors.Is matches it against
-// ErrUnknownFunction, ErrNoMatrix, ErrNotColocated and ErrBadRequest.
+// ErrUnknownFunction, ErrNoMatrix, ErrNotColocated, ErrBadRequest and
+// ErrSparse.
 type RemoteError struct {
 	Server    int    // rank of the server that answered
 	Partition int    // the partition, or -1 for a matrix operation
@@ -107,6 +111,8 @@ func (e *RemoteError) Unwrap() error {
 		return ErrNotColocated
 	case codeBadRequest:
 		return ErrBadRequest
+	case codeSparse:
+		return ErrSparse
 	}
 	return nil
 }

@@ -72,13 +72,35 @@ type serverMatrix struct {
 	gen   uint64             // set by a create, so that only it can undo itself (opDrop)
 }
 
-// partition holds one partition's values, row by row: rows[i] is row
-// RowStart+i, nil until first written (a nil row is all zeros), so rows
-// never written take no memory, are read as zeros without being
-// allocated, and are not saved.
+// partition holds one partition's values, row by row. For a dense matrix
+// rows[i] is row RowStart+i, nil until first written (a nil row is all
+// zeros), so rows never written take no memory, are read as zeros without
+// being allocated, and are not saved. For a sparse matrix srows[i] holds
+// the entries of row RowStart+i that are not +0 (nil: none).
 type partition struct {
-	meta PartitionMeta
-	rows [][]float64
+	meta  PartitionMeta
+	rows  [][]float64
+	srows []*longTable[float64]
+}
+
+// sparse reports whether p is a sparse matrix's partition.
+func (p *partition) sparse() bool { return p.meta.Sparse }
+
+// table returns the table of the partition's i-th row, allocating it if
+// the row holds nothing.
+func (p *partition) table(i int) *longTable[float64] {
+	if p.srows[i] == nil {
+		p.srows[i] = newLongTable[float64](0)
+	}
+	return p.srows[i]
+}
+
+// setTable makes t the partition's i-th row (nil if t is empty).
+func (p *partition) setTable(i int, t *longTable[float64]) {
+	if t.Len() == 0 {
+		t = nil
+	}
+	p.srows[i] = t
 }
 
 // row returns the storage of the partition's i-th row, allocating it
@@ -94,10 +116,16 @@ func newServerMatrix(meta MatrixMeta, rank int) *serverMatrix {
 	m := &serverMatrix{meta: meta, parts: make(map[int]*partition)}
 	n := meta.NumPartitions()
 	for id := rank % meta.NumServers; id < n; id += meta.NumServers {
-		pm := meta.Partition(id)
-		m.parts[id] = &partition{meta: pm, rows: make([][]float64, pm.RowEnd-pm.RowStart)}
+		m.parts[id] = newPartition(meta.Partition(id))
 	}
 	return m
+}
+
+func newPartition(pm PartitionMeta) *partition {
+	if pm.Sparse {
+		return &partition{meta: pm, srows: make([]*longTable[float64], pm.RowEnd-pm.RowStart)}
+	}
+	return &partition{meta: pm, rows: make([][]float64, pm.RowEnd-pm.RowStart)}
 }
 
 // NewServer starts psf on a server node: it registers a KV server of bytes

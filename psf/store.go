@@ -41,14 +41,39 @@ import (
 //	crc                              uint32 little-endian, CRC-32C of all the above
 //
 // A row not present is all zeros: Save leaves out the rows never written
-// and the rows whose values are all +0, so a sparse matrix saves small,
-// and Load leaves them unallocated. Version 1, which Load still reads, has
-// no presence bytes and every row:
+// and the rows whose values are all +0, so a matrix of few rows written
+// saves small, and Load leaves them unallocated. Version 1, which Load
+// still reads, has no presence bytes and every row:
 //
 //	"PSFPART1", rowStart, rowEnd, colStart, colEnd (as above)
 //	values                           (rowEnd-rowStart)*(colEnd-colStart) float64
 //	                                 little-endian, row-major
 //	crc                              uint32 little-endian, CRC-32C of all the above
+//
+// Sparse matrices (meta.json "format": 3, "type": "sparse"; the partitions
+// have "colBlockIndex" instead of column ranges) have part files of their
+// own, holding only the stored entries, sorted by column:
+//
+//	"PSFSPAR1"                       8 bytes, magic and format version
+//	rowStart, rowEnd                 int64 little-endian each
+//	colBlock, numColBlocks           int64 little-endian each: the partition
+//	                                 holds the columns c whose column block
+//	                                 (MatrixMeta.ColBlockOf, a hash) among
+//	                                 numColBlocks is colBlock
+//	counts                           rowEnd-rowStart uint64 little-endian: the
+//	                                 number of entries of each row
+//	entries                          for each row with entries, in order: its
+//	                                 columns (count int64 little-endian,
+//	                                 strictly increasing), then its values
+//	                                 (count float64 little-endian, never +0)
+//	crc                              uint32 little-endian, CRC-32C of all the above
+//
+// A part file is about 16 bytes per entry. Loading a sparse save into
+// another number of servers reads every part file of the rows a server
+// holds and keeps the entries whose column block (by the new number of
+// blocks) is the server's; with the same number, only the part files of
+// its own column blocks. Dense saves keep "format": 2, so that earlier
+// versions read them.
 //
 // Saving is two-phase: every server first removes meta.json and writes its
 // part files (each to a temporary name, then renamed), and only when all
@@ -66,20 +91,25 @@ import (
 
 // Magics of the part file versions.
 const (
-	partMagic1 = "PSFPART1"
-	partMagic2 = "PSFPART2"
+	partMagic1      = "PSFPART1"
+	partMagic2      = "PSFPART2"
+	sparsePartMagic = "PSFSPAR1"
 )
 
-// metaFormat is the format of the meta.json Save writes; readMeta also
-// takes 1.
-const metaFormat = 2
+// metaFormat is the format of the meta.json Save writes for a dense
+// matrix; readMeta also takes 1. sparseMetaFormat is that of a sparse one.
+const (
+	metaFormat       = 2
+	sparseMetaFormat = 3
+)
 
 const partHeaderSize = 8 + 4*8
 
 // metaFile is the JSON in meta.json.
 type metaFile struct {
-	Format     int            `json:"format"` // 2, or 1 for the first version
+	Format     int            `json:"format"` // 2, or 1 for the first version; 3 for a sparse matrix
 	Name       string         `json:"name"`
+	Type       MatrixType     `json:"type,omitempty"` // "sparse", or "dense" (or absent) for a dense matrix
 	Rows       int            `json:"rows"`
 	Cols       int64          `json:"cols"`
 	RowBlock   int            `json:"rowBlock"`
@@ -95,6 +125,9 @@ type metaFilePart struct {
 	RowEnd   int    `json:"rowEnd"`
 	ColStart int64  `json:"colStart"`
 	ColEnd   int64  `json:"colEnd"`
+	// ColBlock is a sparse partition's column block (its columns are
+	// those with ColBlockOf(c) == ColBlock).
+	ColBlock int `json:"colBlockIndex,omitempty"`
 }
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -116,7 +149,11 @@ func savePartitions(dir string, m *serverMatrix) error {
 		return err
 	}
 	for _, id := range sortedKeys(m.parts) {
-		if err := writePart(mdir, m.parts[id]); err != nil {
+		write := writePart
+		if m.meta.Type == Sparse {
+			write = writeSparsePart
+		}
+		if err := write(mdir, m.parts[id]); err != nil {
 			return fmt.Errorf("psf: saving %s of %q: %w", m.parts[id].meta, m.meta.Name, err)
 		}
 	}
@@ -167,6 +204,47 @@ func writePart(mdir string, p *partition) error {
 	})
 }
 
+// writeSparsePart writes a sparse partition's part file: its entries,
+// sorted by column.
+func writeSparsePart(mdir string, p *partition) error {
+	return writeAtomic(filepath.Join(mdir, partFileName(p.meta.ID)), func(w io.Writer) error {
+		h := crc32.New(crcTable)
+		bw := bufio.NewWriterSize(io.MultiWriter(w, h), 1<<20)
+		b := make([]byte, 0, partHeaderSize+8*len(p.srows))
+		b = append(b, sparsePartMagic...)
+		for _, v := range []int64{int64(p.meta.RowStart), int64(p.meta.RowEnd), int64(p.meta.ColBlock), int64(p.meta.NumColBlocks)} {
+			b = binary.LittleEndian.AppendUint64(b, uint64(v))
+		}
+		for _, t := range p.srows {
+			b = binary.LittleEndian.AppendUint64(b, uint64(t.Len()))
+		}
+		if _, err := bw.Write(b); err != nil {
+			return err
+		}
+		for _, t := range p.srows {
+			if t.Len() == 0 {
+				continue
+			}
+			v := sortedEntries(t)
+			b = b[:0]
+			for _, k := range v.Indices {
+				b = binary.LittleEndian.AppendUint64(b, uint64(k))
+			}
+			for _, x := range v.Values {
+				b = binary.LittleEndian.AppendUint64(b, math.Float64bits(x))
+			}
+			if _, err := bw.Write(b); err != nil {
+				return err
+			}
+		}
+		if err := bw.Flush(); err != nil {
+			return err
+		}
+		_, err := w.Write(binary.LittleEndian.AppendUint32(nil, h.Sum32()))
+		return err
+	})
+}
+
 // allZero reports whether every value of x is +0 (a -0 must be kept).
 func allZero(x []float64) bool {
 	for _, v := range x {
@@ -205,9 +283,16 @@ func writeAtomic(path string, write func(io.Writer) error) error {
 func commitSave(dir string, meta MatrixMeta) error {
 	mf := metaFile{Format: metaFormat, Name: meta.Name, Rows: meta.Rows, Cols: meta.Cols,
 		RowBlock: meta.RowBlock, ColBlock: meta.ColBlock, NumServers: meta.NumServers}
+	if meta.Type == Sparse {
+		mf.Format, mf.Type = sparseMetaFormat, Sparse
+	}
 	for _, p := range meta.Partitions() {
-		mf.Partitions = append(mf.Partitions, metaFilePart{ID: p.ID, File: partFileName(p.ID),
-			RowStart: p.RowStart, RowEnd: p.RowEnd, ColStart: p.ColStart, ColEnd: p.ColEnd})
+		fp := metaFilePart{ID: p.ID, File: partFileName(p.ID),
+			RowStart: p.RowStart, RowEnd: p.RowEnd, ColStart: p.ColStart, ColEnd: p.ColEnd}
+		if p.Sparse {
+			fp.ColBlock = p.ColBlock
+		}
+		mf.Partitions = append(mf.Partitions, fp)
 	}
 	b, err := json.MarshalIndent(mf, "", "  ")
 	if err != nil {
@@ -269,13 +354,18 @@ func readMeta(dir, name string) (metaFile, error) {
 	if err := json.Unmarshal(b, &mf); err != nil {
 		return mf, fmt.Errorf("psf: loading matrix %q: meta.json: %w", name, err)
 	}
-	if mf.Format != 1 && mf.Format != metaFormat {
-		return mf, fmt.Errorf("psf: loading matrix %q: format %d (want 1 or %d)", name, mf.Format, metaFormat)
+	switch {
+	case (mf.Format == 1 || mf.Format == metaFormat) && (mf.Type == "" || mf.Type == Dense):
+		mf.Type = Dense
+	case mf.Format == sparseMetaFormat && mf.Type == Sparse:
+	default:
+		return mf, fmt.Errorf("psf: loading matrix %q: format %d, type %q (want format 1 or %d for a dense matrix, %d for a sparse one)",
+			name, mf.Format, mf.Type, metaFormat, sparseMetaFormat)
 	}
 	if mf.Name != name {
 		return mf, fmt.Errorf("psf: loading matrix %q: meta.json is for %q", name, mf.Name)
 	}
-	saved := MatrixMeta{Name: mf.Name, Rows: mf.Rows, Cols: mf.Cols, RowBlock: mf.RowBlock, ColBlock: mf.ColBlock, NumServers: mf.NumServers}
+	saved := mf.meta()
 	if err := saved.validate(); err != nil {
 		return mf, fmt.Errorf("psf: loading matrix %q: %w", name, err)
 	}
@@ -285,11 +375,76 @@ func readMeta(dir, name string) (metaFile, error) {
 	for i, p := range mf.Partitions {
 		want := saved.Partition(i)
 		if p.ID != i || p.RowStart != want.RowStart || p.RowEnd != want.RowEnd || p.ColStart != want.ColStart || p.ColEnd != want.ColEnd ||
-			p.File != filepath.Base(p.File) || strings.HasPrefix(p.File, ".") {
+			want.Sparse && p.ColBlock != want.ColBlock || p.File != filepath.Base(p.File) || strings.HasPrefix(p.File, ".") {
 			return mf, fmt.Errorf("psf: loading matrix %q: meta.json partition %d does not match the layout", name, i)
 		}
 	}
 	return mf, nil
+}
+
+// meta returns the saved matrix's meta.
+func (mf *metaFile) meta() MatrixMeta {
+	return MatrixMeta{Name: mf.Name, Type: mf.Type, Rows: mf.Rows, Cols: mf.Cols, RowBlock: mf.RowBlock, ColBlock: mf.ColBlock, NumServers: mf.NumServers}
+}
+
+// readSparsePart reads and checks a sparse part file and returns its rows'
+// entries, sorted by column (empty vectors for rows without entries).
+func readSparsePart(path string, want metaFilePart, numColBlocks int) ([]SparseVector, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	nrows := want.RowEnd - want.RowStart
+	if len(b) < partHeaderSize+4 {
+		return nil, fmt.Errorf("%s: %d bytes, too short for a psf part file", path, len(b))
+	}
+	body, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
+	if crc32.Checksum(body, crcTable) != sum {
+		return nil, fmt.Errorf("%s: checksum mismatch", path)
+	}
+	if string(b[:8]) != sparsePartMagic {
+		return nil, fmt.Errorf("%s: not a psf sparse part file", path)
+	}
+	var hdr [4]int64
+	for i := range hdr {
+		hdr[i] = int64(binary.LittleEndian.Uint64(b[8+8*i:]))
+	}
+	if hdr != [4]int64{int64(want.RowStart), int64(want.RowEnd), int64(want.ColBlock), int64(numColBlocks)} {
+		return nil, fmt.Errorf("%s: holds rows [%d,%d) column block %d of %d, meta.json says otherwise", path, hdr[0], hdr[1], hdr[2], hdr[3])
+	}
+	data := body[partHeaderSize:]
+	if int64(len(data)) < 8*int64(nrows) {
+		return nil, fmt.Errorf("%s: %d bytes, too short for the counts of %d rows", path, len(b), nrows)
+	}
+	counts, data := data[:8*nrows], data[8*nrows:]
+	var total uint64
+	for i := range nrows {
+		c := binary.LittleEndian.Uint64(counts[8*i:])
+		if total += c; c > uint64(len(data))/16 || total > uint64(len(data))/16 {
+			return nil, fmt.Errorf("%s: the counts exceed the %d bytes of entries", path, len(data))
+		}
+	}
+	if total*16 != uint64(len(data)) {
+		return nil, fmt.Errorf("%s: %d bytes of entries for %d entries", path, len(data), total)
+	}
+	rows := make([]SparseVector, nrows)
+	for i := range rows {
+		n := int(binary.LittleEndian.Uint64(counts[8*i:]))
+		v := SparseVector{Indices: make([]int64, n), Values: make([]float64, n)}
+		for j := range n {
+			v.Indices[j] = int64(binary.LittleEndian.Uint64(data[8*j:]))
+			v.Values[j] = math.Float64frombits(binary.LittleEndian.Uint64(data[8*(n+j):]))
+			if j > 0 && v.Indices[j] <= v.Indices[j-1] {
+				return nil, fmt.Errorf("%s: row %d: columns not increasing", path, want.RowStart+i)
+			}
+			if sparseColBlock(v.Indices[j], numColBlocks) != want.ColBlock {
+				return nil, fmt.Errorf("%s: row %d: column %d is not in column block %d", path, want.RowStart+i, v.Indices[j], want.ColBlock)
+			}
+		}
+		data = data[16*n:]
+		rows[i] = v
+	}
+	return rows, nil
 }
 
 // readPart reads and checks a part file of either version and returns its
@@ -372,7 +527,8 @@ func (s *Server) readSaved(dir, name string, want *MatrixMeta) (*serverMatrix, e
 	case want != nil:
 		meta = *want
 	default:
-		meta = MatrixMeta{Name: name, Rows: mf.Rows, Cols: mf.Cols, RowBlock: mf.RowBlock, ColBlock: mf.ColBlock, NumServers: s.po.NumServers()}
+		meta = mf.meta()
+		meta.NumServers = s.po.NumServers()
 	}
 	if err := meta.validate(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
@@ -380,10 +536,19 @@ func (s *Server) readSaved(dir, name string, want *MatrixMeta) (*serverMatrix, e
 	if meta.Name != name || meta.NumServers != s.po.NumServers() {
 		return nil, fmt.Errorf("%w: loading %q with the layout of %q for %d servers", ErrBadRequest, name, meta.Name, meta.NumServers)
 	}
+	if meta.Type != mf.Type {
+		return nil, fmt.Errorf("psf: loading matrix %q: saved a %s matrix, the matrix is %s", name, mf.Type, meta.Type)
+	}
 	if meta.Rows != mf.Rows || meta.Cols != mf.Cols {
 		return nil, fmt.Errorf("psf: loading matrix %q: saved %dx%d, the matrix is %dx%d", name, mf.Rows, mf.Cols, meta.Rows, meta.Cols)
 	}
 	m := newServerMatrix(meta, s.po.MyRank())
+	if meta.Type == Sparse {
+		if err := readSparseSaved(dir, mf, m); err != nil {
+			return nil, err
+		}
+		return m, nil
+	}
 	for _, sp := range mf.Partitions {
 		var saved [][]float64
 		for _, p := range m.parts {
@@ -412,6 +577,53 @@ func (s *Server) readSaved(dir, name string, want *MatrixMeta) (*serverMatrix, e
 		}
 	}
 	return m, nil
+}
+
+// readSparseSaved fills the partitions of m, a sparse matrix, with the
+// entries of the save described by mf whose rows and columns they hold.
+func readSparseSaved(dir string, mf metaFile, m *serverMatrix) error {
+	saved := mf.meta()
+	sameBlocks := saved.NumColBlocks() == m.meta.NumColBlocks()
+	ncb := int(m.meta.NumColBlocks())
+	for _, sp := range mf.Partitions {
+		needed := false
+		for _, p := range m.parts {
+			pm := p.meta
+			if max(pm.RowStart, sp.RowStart) < min(pm.RowEnd, sp.RowEnd) && (!sameBlocks || pm.ColBlock == sp.ColBlock) {
+				needed = true
+				break
+			}
+		}
+		if !needed {
+			continue
+		}
+		rows, err := readSparsePart(filepath.Join(dir, mf.Name, sp.File), sp, int(saved.NumColBlocks()))
+		if err != nil {
+			return fmt.Errorf("psf: loading matrix %q: %w", mf.Name, err)
+		}
+		for i, v := range rows {
+			r := sp.RowStart + i
+			base := r / m.meta.RowBlock * ncb
+			if sameBlocks { // every entry goes to one partition
+				if p := m.parts[base+sp.ColBlock]; p != nil && v.Len() > 0 {
+					t := newLongTable[float64](v.Len())
+					for j, k := range v.Indices {
+						if !isPosZero(v.Values[j]) {
+							t.Set(k, v.Values[j])
+						}
+					}
+					p.setTable(r-p.meta.RowStart, t)
+				}
+				continue
+			}
+			for j, k := range v.Indices {
+				if p := m.parts[base+sparseColBlock(k, ncb)]; p != nil && !isPosZero(v.Values[j]) {
+					p.table(r-p.meta.RowStart).Set(k, v.Values[j])
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // RestoreLatest loads every matrix that has a checkpoint in the checkpoint

@@ -2,8 +2,10 @@
 // job: every worker creates matrices in three layouts whose partitions
 // straddle the servers, runs every function against a local copy of the
 // matrix, checks rows, values at indices, row flows, async calls, errors,
-// save and load, checkpoints and recovery, and adds to a matrix shared by
-// all workers. It exits non-zero on the first wrong value.
+// save and load, checkpoints and recovery, does the same on sparse
+// matrices (int64 column ids hashed over the servers), and adds to a dense
+// and a sparse matrix shared by all workers. It exits non-zero on the
+// first wrong value.
 //
 //	scripts/local.sh 2 2 build/test_psf
 //
@@ -193,6 +195,7 @@ func (w *worker) run() {
 		x.saveAndCheckpoint(w.dir, int64(li+1))
 		check(w.c.DeleteMatrix(ctx, meta.Name), "delete")
 	}
+	w.sparse(ctx)
 	w.shared(ctx)
 }
 
