@@ -3,6 +3,7 @@ package psf
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/bits"
 	"slices"
@@ -73,6 +74,16 @@ func NewSparseVector(indices []int64, values []float64) (SparseVector, error) {
 		}
 	}
 	return v, nil
+}
+
+// SparseVectorOf returns the entries of m as a sparse vector, sorted by
+// column (the values as they are, zeros included).
+func SparseVectorOf(m map[int64]float64) SparseVector {
+	v := SparseVector{Indices: slices.Sorted(maps.Keys(m)), Values: make([]float64, 0, len(m))}
+	for _, k := range v.Indices {
+		v.Values = append(v.Values, m[k])
+	}
+	return v
 }
 
 // Len returns the number of entries.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -30,26 +31,10 @@ func (s srow) set(k int64, v float64) {
 	}
 }
 
-func (s srow) clone() srow {
-	c := srow{}
-	for k, v := range s {
-		c[k] = v
-	}
-	return c
-}
+func (s srow) clone() srow { return maps.Clone(s) }
 
 // vector returns the row's entries sorted by column.
-func (s srow) vector() psf.SparseVector {
-	v := psf.SparseVector{Indices: []int64{}, Values: []float64{}}
-	for k := range s {
-		v.Indices = append(v.Indices, k)
-	}
-	slices.Sort(v.Indices)
-	for _, k := range v.Indices {
-		v.Values = append(v.Values, s[k])
-	}
-	return v
-}
+func (s srow) vector() psf.SparseVector { return psf.SparseVectorOf(s) }
 
 // values returns the row's values with one implicit zero: a sparse row
 // always has columns not stored.

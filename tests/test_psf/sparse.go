@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -24,25 +25,9 @@ func (s srow) set(k int64, v float64) {
 	}
 }
 
-func (s srow) clone() srow {
-	c := srow{}
-	for k, v := range s {
-		c[k] = v
-	}
-	return c
-}
+func (s srow) clone() srow { return maps.Clone(s) }
 
-func (s srow) vector() psf.SparseVector {
-	v := psf.SparseVector{Indices: []int64{}, Values: []float64{}}
-	for k := range s {
-		v.Indices = append(v.Indices, k)
-	}
-	slices.Sort(v.Indices)
-	for _, k := range v.Indices {
-		v.Values = append(v.Values, s[k])
-	}
-	return v
-}
+func (s srow) vector() psf.SparseVector { return psf.SparseVectorOf(s) }
 
 func unionOf(rows ...srow) []int64 {
 	seen := map[int64]bool{}
