@@ -81,8 +81,8 @@ type Config struct {
 	// ResendGiveUp is PS_RESEND_GIVEUP (seconds, default 180): how long
 	// after its first send a message still unacknowledged is given up on.
 	ResendGiveUp time.Duration
-	// ResendMaxRetry is PS_RESEND_MAX_RETRY, the resends before a request
-	// fails, (retries+1) timeouts after it was sent (default 20).
+	// ResendMaxRetry is PS_RESEND_MAX_RETRY, an optional cap on the resends
+	// of one message (default 0: none, only ResendGiveUp).
 	ResendMaxRetry int
 	// Curve, when set (PS_CURVE_PUBLIC_KEY and PS_CURVE_SECRET_KEY, the
 	// job's key pair in Z85), encrypts and authenticates every connection.

@@ -131,8 +131,8 @@ type transmission struct {
 // the order they were sent; the first is the head.
 type line struct {
 	q      []*transmission
-	rate   float64 // measured bytes a second (the lower of the average and the last sample); 0 until measured
-	avg    float64 // moving average of the samples
+	rate   float64   // measured bytes a second (the lower of the average and the last sample); 0 until measured
+	avg    float64   // moving average of the samples
 	downAt time.Time // when the connection dropped; zero while it is up
 }
 
