@@ -376,6 +376,9 @@ func (v *Van) Stop() error {
 		// so what it sent before has served its purpose.
 		r.drain(r.r.Timeout()*9, v.recvDone)
 	}
+	if v.cfg.Role == message.RoleScheduler && v.Err() == nil {
+		v.awaitMembersGone(FinalDrain)
+	}
 	v.stopping.Store(true)
 	v.cancel()
 	me := v.MyNode()
@@ -395,6 +398,42 @@ func (v *Van) Stop() error {
 	}
 	v.log.Info().Str("node", me.String()).Int64("sent_bytes", v.sendBytes.Load()).Int64("recv_bytes", v.recvBytes.Load()).Msg("stopped")
 	return v.tr.Close()
+}
+
+// FinalDrain bounds how long a scheduler past the final barrier keeps its
+// connections open for the servers and workers to leave: closing them
+// sooner can cut a release still on its way over a lossy link (TCP
+// retransmitting it), and its node would take the closed connection for
+// the scheduler's death.
+const FinalDrain = 10 * time.Second
+
+// awaitMembersGone waits, at a scheduler past its final barrier, until
+// every server and worker has closed its connection (they exit once
+// released), limit has passed or the receive loop has stopped.
+func (v *Van) awaitMembersGone(limit time.Duration) {
+	v.ctlMu.Lock()
+	passed := v.core.PassedFinalBarrier()
+	v.ctlMu.Unlock()
+	if !passed {
+		return
+	}
+	deadline := time.Now().Add(limit)
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+	for time.Now().Before(deadline) {
+		v.ctlMu.Lock()
+		left := len(v.core.ConnectedMembers())
+		v.ctlMu.Unlock()
+		if left == 0 {
+			return
+		}
+		select {
+		case <-poll.C:
+		case <-v.recvDone:
+			return
+		}
+	}
+	v.log.Warn().Dur("waited", limit).Msg("stopping with servers or workers still connected after the final barrier")
 }
 
 func closed(ch <-chan struct{}) bool {

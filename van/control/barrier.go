@@ -55,6 +55,22 @@ func (c *Core) released(o *out, msg *message.Message) {
 	o.notify(Event{Type: EventBarrierDone, Msg: msg})
 }
 
+// ConnectedMembers returns, at the scheduler, the servers and workers
+// whose connection is up, in id order (none without connection events).
+func (c *Core) ConnectedMembers() []int {
+	var ids []int
+	if !c.IsScheduler() || !c.cfg.ConnEvents {
+		return nil
+	}
+	for id, p := range c.peers {
+		if id != message.Scheduler && p.connUp && !p.dead && !p.left {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
 // PassedFinalBarrier reports whether the node's final barrier was released:
 // every node of the job got to its Finalize, so whatever this node sent
 // before has served its purpose.

@@ -728,3 +728,28 @@ func TestUnreachableNodeIsNamed(t *testing.T) {
 		t.Errorf("server: %v", ev.Err)
 	}
 }
+
+// Past the final barrier the scheduler still learns who is connected, so
+// that it keeps its connections open until the servers and workers have
+// left (a release may still be on its way over a lossy link).
+func TestConnectedMembersAfterFinalBarrier(t *testing.T) {
+	s := newSim(t, 1, 2, nil)
+	s.startAll()
+	for _, n := range s.nodes {
+		n.core.Finalizing()
+	}
+	s.barrier(message.AllGroup, "scheduler", "server0", "worker0", "worker1")
+	sched := s.node("scheduler")
+	if got := sched.core.ConnectedMembers(); !slices.Equal(got, []int{8, 9, 11}) {
+		t.Fatalf("connected after the final barrier: %v, want [8 9 11]", got)
+	}
+	s.kill(s.node("worker0"))
+	s.kill(s.node("server0"))
+	s.deliver()
+	if got := sched.core.ConnectedMembers(); !slices.Equal(got, []int{11}) {
+		t.Errorf("connected once two left: %v, want [11]", got)
+	}
+	if s.node("worker1").core.ConnectedMembers() != nil {
+		t.Error("a worker reports connected members")
+	}
+}

@@ -103,6 +103,14 @@ func (c *Core) revive(o *out, p *peer) {
 // Connection reports that the connection to node id went down or came up.
 func (c *Core) Connection(id int, up bool, now time.Time) []Output {
 	var o out
+	if c.phase == PhaseDone && c.IsScheduler() {
+		// Past the final barrier nothing is a fault; only who is still
+		// connected matters (ConnectedMembers).
+		if p := c.peers[id]; p != nil {
+			p.connUp = up
+		}
+		return nil
+	}
 	if c.phase != PhaseJoining && c.phase != PhaseReady || id == int(c.me.ID) {
 		return nil
 	}
