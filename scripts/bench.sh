@@ -77,12 +77,13 @@ run() { # program servers workers args...
   local p=$1 s=$2 w=$3
   shift 3
   echo "== ${p##*/} ${s}x${w} $*" >&2
-  DMLC_NODE_HOST=127.0.0.1 scripts/local.sh "$s" "$w" "$p" "$@" | tee -a "$results" | grep -v '^RESULT' >&2
+  DMLC_NODE_HOST=127.0.0.1 scripts/local.sh "$s" "$w" "$p" "$@" | tee -a "$results" | { grep -v '^RESULT' || true; } >&2
 }
 # both runs ours, then C++ ps-lite's (when built), with the same arguments.
 both() { # servers workers args...
   run build/psbench "$@" -label=""
-  if [ -n "$cpp" ]; then run "$cpp" "$@" -label="C++ ps-lite"; fi
+  # (its default label is "C++ ps-lite"; local.sh would split a label with a space)
+  if [ -n "$cpp" ]; then run "$cpp" "$@"; fi
 }
 for ((round = 1; round <= rounds; round++)); do
   for layout in "1 1" "2 2"; do
