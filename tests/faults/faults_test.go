@@ -108,6 +108,17 @@ func (e *env) advance(d time.Duration) {
 	}
 }
 
+// registered waits, in real time, until node p has sent its registration:
+// a node started on its own goroutine may not have run yet, and protocol
+// time must not pass (the dead node's place expiring) before it has.
+func (e *env) registered(p *postoffice.Postoffice) {
+	e.t.Helper()
+	e.waitReal("the new node to register", func() bool {
+		sent, _ := p.Van().Stats()
+		return sent > 0
+	})
+}
+
 // within advances time until cond holds, failing the test past limit, and
 // returns the time it took.
 func (e *env) within(limit time.Duration, what string, cond func() bool) time.Duration {
@@ -405,6 +416,7 @@ func TestWorkerReplaced(t *testing.T) {
 	repl := e.c.NewNode(message.RoleWorker, nil)
 	started := make(chan error, 1)
 	go func() { started <- repl.Start(context.Background(), 0, true) }()
+	e.registered(repl)
 	e.within(bound, "the replacement joins", func() bool { return len(started) == 1 })
 	if err := <-started; err != nil {
 		t.Fatal(err)
@@ -477,6 +489,7 @@ func TestServerRestarted(t *testing.T) {
 	repl := e.c.NewNode(message.RoleServer, nil)
 	started := make(chan error, 1)
 	go func() { started <- repl.Start(context.Background(), 0, true) }()
+	e.registered(repl)
 	e.within(bound, "the replacement joins", func() bool { return len(started) == 1 })
 	if err := <-started; err != nil {
 		t.Fatal(err)
