@@ -1,6 +1,7 @@
 package psf
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -123,15 +124,7 @@ func call[T any](c *Client, cmd int, reqs []request, finish func(reqs []request,
 // the error its server answered (errs[i], nil for a result). The call
 // fails without finish only when the request as a whole fails.
 func callEach[T any](c *Client, cmd int, reqs []request, finish func(reqs []request, results [][]byte, errs []error) (T, error)) *Future[T] {
-	slices.SortStableFunc(reqs, func(a, b request) int {
-		switch {
-		case a.key < b.key:
-			return -1
-		case a.key > b.key:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(reqs, func(a, b request) int { return cmp.Compare(a.key, b.key) })
 	if len(reqs) == 0 {
 		v, err := finish(nil, nil, nil)
 		f := newFuture[T]()

@@ -1,6 +1,7 @@
 package psf
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -207,15 +208,7 @@ func sortEntries(keys []int64, vals []float64) {
 		for i := range es {
 			es[i] = entry{keys[i], vals[i]}
 		}
-		slices.SortFunc(es, func(a, b entry) int {
-			switch {
-			case a.k < b.k:
-				return -1
-			case a.k > b.k:
-				return 1
-			}
-			return 0
-		})
+		slices.SortFunc(es, func(a, b entry) int { return cmp.Compare(a.k, b.k) })
 		for i, e := range es {
 			keys[i], vals[i] = e.k, e.v
 		}
