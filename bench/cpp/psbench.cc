@@ -18,6 +18,7 @@
 // -n (keys per bulk request, 1000000), -repeat (bulk repetitions, median
 // reported; 5), -iters (latency round trips; 2000), -window (outstanding
 // requests; 64), -requests (requests in the window measurement; 100000),
+// -sync-requests (synchronous requests; -1 means a tenth of -requests),
 // -ops (bulk operations; push,pull,pushpull), -label (added to every
 // result; default "C++ ps-lite").
 
@@ -46,6 +47,7 @@ struct Flags {
   int iters = 2000;
   int window = 64;
   long requests = 100000;
+  long syncRequests = -1;  // -1: requests / 10
 };
 
 // parseFlags reads -name=value arguments; it exits with status 2 on an
@@ -86,6 +88,8 @@ Flags parseFlags(int argc, char* argv[]) {
       f.window = static_cast<int>(num(1));
     } else if (name == "requests") {
       f.requests = num(1);
+    } else if (name == "sync-requests") {
+      f.syncRequests = num(0);
     } else {
       std::fprintf(stderr, "cpp-psbench: unknown flag -%s\n", name.c_str());
       std::exit(2);
@@ -244,7 +248,8 @@ class Bench {
 
   void windowed() {
     rate("window" + std::to_string(f_.window) + "_push_rate", f_.requests, f_.window);
-    rate("sync_push_rate", std::max(f_.requests / 10, 1L), 1);
+    long sync = f_.syncRequests >= 0 ? f_.syncRequests : std::max(f_.requests / 10, 1L);
+    if (sync > 0) rate("sync_push_rate", sync, 1);
   }
 
   Flags f_;

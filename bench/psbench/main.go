@@ -41,9 +41,11 @@ var (
 	iters    = flag.Int("iters", 2000, "round trips for the latency measurement")
 	window   = flag.Int("window", 64, "outstanding requests in the window measurement")
 	requests = flag.Int("requests", 100000, "requests in the window measurement")
+	syncReqs = flag.Int("sync-requests", -1, "requests in the synchronous rate measurement (-1: a tenth of -requests; 0: none)")
 	memReqs  = flag.Int("mem-requests", 1000000, "requests in the memory measurement")
 	label    = flag.String("label", "", "free text added to every result (e.g. the layout)")
 	bulkOps  = flag.String("ops", "push,pull,pushpull", "bulk operations to measure, in this order")
+	withRaw  = flag.Bool("raw", true, "measure the raw ZeroMQ counterpart of the window rates too (false: ours only, for profiling)")
 )
 
 // Result is one measurement.
@@ -396,8 +398,12 @@ func windowed(w *kv.KVWorker[float32], rank int, raw *rawClient, add func(Result
 	}
 	rate := func(name string, n, window int) {
 		prog.Check(ps.Barrier(0, ps.WorkerGroup), "barrier")
-		rawRate, err := raw.windowRate(server, &rawReq{send: [][]byte{make([]byte, 8)}, reply: []int{metaBytes}}, n, window)
-		prog.Check(err, "raw window")
+		rawRate := 0.0
+		if *withRaw {
+			var err error
+			rawRate, err = raw.windowRate(server, &rawReq{send: [][]byte{make([]byte, 8)}, reply: []int{metaBytes}}, n, window)
+			prog.Check(err, "raw window")
+		}
 		prog.Check(ps.Barrier(0, ps.WorkerGroup), "barrier")
 		start := time.Now()
 		ring := make([]int, 0, window)
@@ -417,7 +423,13 @@ func windowed(w *kv.KVWorker[float32], rank int, raw *rawClient, add func(Result
 			Raw: rawRate, Extra: fmt.Sprintf("%d 1-key pushes per worker, %d outstanding; raw: 16-byte requests, meta-sized replies", n, window)})
 	}
 	rate(fmt.Sprintf("window%d_push_rate", *window), *requests, *window)
-	rate("sync_push_rate", max(*requests/10, 1), 1)
+	sync := *syncReqs
+	if sync < 0 {
+		sync = max(*requests/10, 1)
+	}
+	if sync > 0 {
+		rate("sync_push_rate", sync, 1)
+	}
 }
 
 func memory(w *kv.KVWorker[float32], rank int, add func(Result)) {

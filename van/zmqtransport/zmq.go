@@ -605,9 +605,10 @@ func (t *Transport) Recv() ([]byte, [][]byte, error) {
 	}
 	var frames [][]byte
 	var err error
-	if t.reader != nil {
-		frames, err = t.reader.recv()
-	} else {
+	switch {
+	case t.reader != nil:
+		frames, err = t.reader.recv(0)
+	default:
 		frames, err = t.router.RecvMessageBytes(0)
 		if err == nil {
 			err = checkSize(frames, t.opts.MaxFrames, t.opts.MaxMessageBytes)

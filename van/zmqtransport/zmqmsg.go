@@ -113,11 +113,16 @@ func newFrameReader(h unsafe.Pointer, maxFrames int, maxBytes int64) *frameReade
 // pebbe/zmq4's (zmq.Errno), or van.ErrOversized for a message with more
 // frames or bytes than the reader accepts, which it reads to its end
 // without keeping it.
-func (r *frameReader) recv() ([][]byte, error) {
+//
+// With flags zmq.DONTWAIT it returns EAGAIN at once when no message waits;
+// the frames after the first are always there (ZeroMQ delivers whole
+// messages).
+func (r *frameReader) recv(flags zmq.Flag) ([][]byte, error) {
 	frames := make([][]byte, 0, 4) // identity, meta, keys, values: most messages
 	count, size := 0, int64(0)
 	for {
-		n := C.pslite_recv_frame(r.h, r.f, 0)
+		n := C.pslite_recv_frame(r.h, r.f, C.int(flags))
+		flags = 0
 		if n < 0 {
 			return nil, zmq.Errno(-n)
 		}
