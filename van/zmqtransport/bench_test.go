@@ -28,3 +28,24 @@ func BenchmarkZMQSendRecv(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkZMQSmallMessages moves 1-key push messages (a meta, a key and a
+// value) from one transport to another over loopback, 64 at a time: the
+// per-message cost of sending and receiving.
+func BenchmarkZMQSmallMessages(b *testing.B) {
+	send, bind := zmqPair(b)
+	recv := bind()
+	msg := [][]byte{make([]byte, 40), make([]byte, 8), make([]byte, 4)}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i += 64 {
+		n := min(64, b.N-i)
+		for range n {
+			if _, err := send.Send(context.Background(), 1, msg, false); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for range n {
+			recvWithin(b, recv, 10e9)
+		}
+	}
+}

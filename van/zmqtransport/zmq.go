@@ -549,6 +549,16 @@ func (t *Transport) send(ctx context.Context, id int, frames [][]byte, shared bo
 // nothing, and sendFrames returns van.ErrWouldBlock); the rest of a message
 // whose first frame was taken is always taken.
 func sendFrames(sock *zmq.Socket, h unsafe.Pointer, frames [][]byte, flags zmq.Flag, shared bool) (int, error) {
+	if h != nil && len(frames) > 0 && len(frames) <= maxMsgFrames {
+		n, i, err := sendMsg(h, frames, flags, shared)
+		if err != nil {
+			if i == 0 && errors.Is(err, zmq.Errno(syscall.EAGAIN)) {
+				return 0, van.ErrWouldBlock
+			}
+			return 0, fmt.Errorf("van: send frame %d/%d: %w", i, len(frames), err)
+		}
+		return n, nil
+	}
 	total := 0
 	for i, f := range frames {
 		flag := flags | zmq.SNDMORE

@@ -1,7 +1,10 @@
 // Small helpers around libzmq's message API for zmqmsg.go: sending a frame
-// without copying it, and receiving frames with one call each.
+// without copying it, and sending or receiving a whole message with one
+// call (each call from Go costs the runtime's system-call bookkeeping).
 #include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <zmq.h>
 
 #include "_cgo_export.h"
@@ -35,17 +38,139 @@ int pslite_send_frame(void *sock, void *data, size_t size, int flags, uintptr_t 
 	return rc;
 }
 
-int pslite_recv_frame(void *sock, pslite_frame *f, int flags) {
+// send_one sends one frame of a message, copied or (hint != 0) not.
+static int send_one(void *sock, void *data, size_t size, uintptr_t hint, int flags) {
+	if (hint != 0) {
+		return pslite_send_frame(sock, data, size, flags, hint);
+	}
 	int rc;
 	do {
-		rc = zmq_msg_recv(&f->msg, sock, flags);
+		rc = zmq_send(sock, data, size, flags);
 	} while (rc < 0 && zmq_errno() == EINTR);
-	if (rc < 0) {
-		return -zmq_errno();
+	return rc < 0 ? -zmq_errno() : rc;
+}
+
+long long pslite_send_msg(void *sock, int n, int flags,
+	void *data0, size_t size0, uintptr_t hint0,
+	void *data1, size_t size1, uintptr_t hint1,
+	void *data2, size_t size2, uintptr_t hint2,
+	void *data3, size_t size3, uintptr_t hint3) {
+	void *data[4] = {data0, data1, data2, data3};
+	size_t size[4] = {size0, size1, size2, size3};
+	uintptr_t hint[4] = {hint0, hint1, hint2, hint3};
+	long long total = 0;
+	for (int i = 0; i < n; i++) {
+		int rc = send_one(sock, data[i], size[i], hint[i], i < n - 1 ? flags | ZMQ_SNDMORE : flags);
+		if (rc < 0) {
+			// The failed frame was released; release those never handed over.
+			for (int j = i + 1; j < n; j++) {
+				if (hint[j] != 0) {
+					pslite_release_frame(hint[j]);
+				}
+			}
+			return -((long long)(-rc) * 8 + i);
+		}
+		total += rc;
 	}
-	f->data = zmq_msg_data(&f->msg);
-	f->more = zmq_msg_more(&f->msg);
-	return rc;
+	return total;
+}
+
+pslite_reader *pslite_reader_new(int cap) {
+	pslite_reader *r = calloc(1, sizeof *r);
+	if (r == NULL) {
+		return NULL;
+	}
+	r->cap = cap;
+	r->msgs = calloc((size_t)cap, sizeof *r->msgs);
+	r->size = calloc((size_t)cap, sizeof *r->size);
+	r->packed = calloc((size_t)cap, sizeof *r->packed);
+	r->pack_cap = 4 * PSLITE_PACK_MAX;
+	r->pack = malloc(r->pack_cap);
+	if (r->msgs == NULL || r->size == NULL || r->packed == NULL || r->pack == NULL) {
+		pslite_reader_free(r);
+		return NULL;
+	}
+	return r;
+}
+
+// close_open closes the frames of the last message.
+static void close_open(pslite_reader *r) {
+	for (int i = 0; i < r->open; i++) {
+		zmq_msg_close(&r->msgs[i]);
+	}
+	r->open = 0;
+}
+
+void pslite_reader_free(pslite_reader *r) {
+	if (r == NULL) {
+		return;
+	}
+	if (r->msgs != NULL) {
+		close_open(r);
+	}
+	free(r->msgs);
+	free(r->size);
+	free(r->packed);
+	free(r->pack);
+	free(r);
+}
+
+void pslite_reader_release_all(pslite_reader *r) {
+	close_open(r);
+}
+
+void pslite_reader_release(pslite_reader *r, int i) {
+	zmq_msg_close(&r->msgs[i]);
+	zmq_msg_init(&r->msgs[i]);
+}
+
+int pslite_recv_msg(void *sock, pslite_reader *r, int flags) {
+	close_open(r);
+	r->count = 0;
+	r->bytes = 0;
+	r->used = 0;
+	zmq_msg_t drop;
+	for (;;) {
+		zmq_msg_t *m = r->count < r->cap ? &r->msgs[r->count] : &drop;
+		zmq_msg_init(m);
+		int rc;
+		do {
+			rc = zmq_msg_recv(m, sock, flags);
+		} while (rc < 0 && zmq_errno() == EINTR);
+		if (rc < 0) {
+			int err = zmq_errno();
+			zmq_msg_close(m);
+			if (r->count == 0) {
+				return -err;
+			}
+			// Cannot happen within a message (libzmq delivers whole
+			// messages); report what was had.
+			break;
+		}
+		flags &= ~ZMQ_DONTWAIT; // the rest of the message is there
+		int more = zmq_msg_more(m);
+		r->bytes += rc;
+		if (m == &drop) {
+			zmq_msg_close(&drop);
+		} else {
+			int i = r->count;
+			r->open = i + 1;
+			r->size[i] = (size_t)rc;
+			r->packed[i] = -1;
+			if ((size_t)rc <= PSLITE_PACK_MAX && r->used + (size_t)rc <= r->pack_cap) {
+				memcpy(r->pack + r->used, zmq_msg_data(m), (size_t)rc);
+				r->packed[i] = (long long)r->used;
+				r->used += (size_t)rc;
+				zmq_msg_close(m); // copied: give it back now
+				zmq_msg_init(m);
+			}
+		}
+		r->count++;
+		if (!more) {
+			break;
+		}
+	}
+	return r->count;
 }
 
 int pslite_socket_type(void *sock) {

@@ -72,15 +72,48 @@ func sendFrame(s *zmq.Socket, h unsafe.Pointer, f []byte, flags zmq.Flag, shared
 	if !shared || h == nil || len(f) < zeroCopyMin {
 		return s.SendBytes(f, flags)
 	}
-	data := unsafe.Pointer(unsafe.SliceData(f))
-	p := new(runtime.Pinner)
-	p.Pin(data)
-	pinnedFrames.Add(1)
-	n := C.pslite_send_frame(h, data, C.size_t(len(f)), C.int(flags), C.uintptr_t(cgo.NewHandle(p)))
+	n := C.pslite_send_frame(h, unsafe.Pointer(unsafe.SliceData(f)), C.size_t(len(f)), C.int(flags), pin(f))
 	if n < 0 { // libzmq has released the frame already
 		return 0, zmq.Errno(-n)
 	}
 	return int(n), nil
+}
+
+// pin prepares frame f for a send without a copy: it stays pinned until
+// libzmq releases it (pslite_release_frame). It returns the hint to pass
+// with it.
+func pin(f []byte) C.uintptr_t {
+	p := new(runtime.Pinner)
+	p.Pin(unsafe.SliceData(f))
+	pinnedFrames.Add(1)
+	return C.uintptr_t(cgo.NewHandle(p))
+}
+
+// maxMsgFrames is the most frames sendMsg sends with one call.
+const maxMsgFrames = 4
+
+// sendMsg sends a message of 1 to maxMsgFrames frames on libzmq socket h
+// with one cgo call; shared frames of at least zeroCopyMin bytes go
+// without a copy. It returns the bytes sent, or the error and the index of
+// the frame that failed.
+func sendMsg(h unsafe.Pointer, frames [][]byte, flags zmq.Flag, shared bool) (int, int, error) {
+	var data [maxMsgFrames]unsafe.Pointer
+	var size [maxMsgFrames]C.size_t
+	var hint [maxMsgFrames]C.uintptr_t
+	for i, f := range frames {
+		data[i], size[i] = unsafe.Pointer(unsafe.SliceData(f)), C.size_t(len(f))
+		if shared && len(f) >= zeroCopyMin {
+			hint[i] = pin(f)
+		}
+	}
+	rc := C.pslite_send_msg(h, C.int(len(frames)), C.int(flags),
+		data[0], size[0], hint[0], data[1], size[1], hint[1],
+		data[2], size[2], hint[2], data[3], size[3], hint[3])
+	runtime.KeepAlive(frames)
+	if rc < 0 {
+		return 0, int(-rc % 8), zmq.Errno(-rc / 8)
+	}
+	return int(rc), 0, nil
 }
 
 // pslite_release_frame unpins a frame libzmq is done with. It runs on a
@@ -94,19 +127,23 @@ func pslite_release_frame(h C.uintptr_t) {
 	pinnedFrames.Add(-1)
 }
 
-// frameReader receives whole messages from one socket. It belongs to the
-// socket's owner.
+// frameReader receives whole messages from one socket, with one cgo call
+// per message. It belongs to the socket's owner.
 type frameReader struct {
 	h         unsafe.Pointer
-	f         *C.pslite_frame // C memory, reused for every frame
+	r         *C.pslite_reader // C memory, reused for every message
 	maxFrames int
 	maxBytes  int64
 }
 
+// newFrameReader returns a reader for libzmq socket h, or nil when C
+// memory is short.
 func newFrameReader(h unsafe.Pointer, maxFrames int, maxBytes int64) *frameReader {
-	f := (*C.pslite_frame)(C.malloc(C.sizeof_pslite_frame))
-	C.zmq_msg_init(&f.msg)
-	return &frameReader{h: h, f: f, maxFrames: maxFrames, maxBytes: maxBytes}
+	r := C.pslite_reader_new(C.int(maxFrames + 2)) // the identity, and one more to see too many
+	if r == nil {
+		return nil
+	}
+	return &frameReader{h: h, r: r, maxFrames: maxFrames, maxBytes: maxBytes}
 }
 
 // recv returns the frames of the next message; its errors are
@@ -114,43 +151,53 @@ func newFrameReader(h unsafe.Pointer, maxFrames int, maxBytes int64) *frameReade
 // frames or bytes than the reader accepts, which it reads to its end
 // without keeping it.
 //
-// With flags zmq.DONTWAIT it returns EAGAIN at once when no message waits;
-// the frames after the first are always there (ZeroMQ delivers whole
-// messages).
+// With flags zmq.DONTWAIT it returns EAGAIN at once when no message waits.
+//
+// Small frames come packed in one C buffer and are copied into one Go
+// allocation; the frames are slices of it, each capped at its own length.
 func (r *frameReader) recv(flags zmq.Flag) ([][]byte, error) {
-	frames := make([][]byte, 0, 4) // identity, meta, keys, values: most messages
-	count, size := 0, int64(0)
-	for {
-		n := C.pslite_recv_frame(r.h, r.f, C.int(flags))
-		flags = 0
-		if n < 0 {
-			return nil, zmq.Errno(-n)
+	n := int(C.pslite_recv_msg(r.h, r.r, C.int(flags)))
+	if n < 0 {
+		return nil, zmq.Errno(-n)
+	}
+	c := r.r
+	count, size := int(c.count), int64(c.bytes)
+	kept := min(count, int(c.cap))
+	sizes := unsafe.Slice(c.size, kept)
+	packed := unsafe.Slice(c.packed, kept)
+	var pack []byte
+	if c.used > 0 {
+		pack = C.GoBytes(unsafe.Pointer(c.pack), C.int(c.used)) // not zeroed first
+	}
+	frameAt := func(i int) []byte {
+		n := int(sizes[i])
+		if off := int(packed[i]); off >= 0 {
+			return pack[off : off+n : off+n]
 		}
-		count++
-		size += int64(n)
-		if count > r.maxFrames+1 || size > r.maxBytes { // +1: the identity
-			frames = frames[:min(len(frames), 1)] // keep the identity, for the error
-			if r.f.more == 0 {
-				// libzmq held the whole message (64 bytes a frame, even an
-				// empty one): give what it freed back to the system.
-				C.zmq_msg_close(&r.f.msg)
-				C.zmq_msg_init(&r.f.msg)
-				C.pslite_release_memory()
-				return nil, oversized(frames, count-1, size)
-			}
-			continue
-		}
-		frames = append(frames, copyFrame(r.f.data, int(n)))
+		f := copyFrame(C.zmq_msg_data(&unsafe.Slice(c.msgs, kept)[i]), n)
 		if n >= zeroCopyMin {
 			// Give a large frame back now rather than when the next
 			// message replaces it.
-			C.zmq_msg_close(&r.f.msg)
-			C.zmq_msg_init(&r.f.msg)
+			C.pslite_reader_release(c, C.int(i))
 		}
-		if r.f.more == 0 {
-			return frames, nil
-		}
+		return f
 	}
+	if count > r.maxFrames+1 || size > r.maxBytes { // +1: the identity
+		var ident [][]byte
+		if count > 0 {
+			ident = [][]byte{frameAt(0)} // for the error
+		}
+		// libzmq held the whole message (64 bytes a frame, even an empty
+		// one): give what it freed back to the system.
+		C.pslite_reader_release_all(c)
+		C.pslite_release_memory()
+		return nil, oversized(ident, count-1, size)
+	}
+	frames := make([][]byte, count)
+	for i := range frames {
+		frames[i] = frameAt(i)
+	}
+	return frames, nil
 }
 
 // checkSize returns van.ErrOversized when a received message (identity
@@ -206,7 +253,6 @@ func (r *frameReader) close() {
 	if r == nil {
 		return
 	}
-	C.zmq_msg_close(&r.f.msg)
-	C.free(unsafe.Pointer(r.f))
-	r.f = nil
+	C.pslite_reader_free(r.r)
+	r.r = nil
 }

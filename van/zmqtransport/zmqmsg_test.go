@@ -94,7 +94,10 @@ func TestRawSocketHandle(t *testing.T) {
 // that every pinned frame is released.
 func TestZeroCopyFrames(t *testing.T) {
 	send, bind := zmqPair(t)
-	sizes := [][]int{{10}, {10, zeroCopyMin, 3}, {zeroCopyMin - 1, 5 << 20}, {0, 8 << 20, 1}}
+	sizes := [][]int{{10}, {10, zeroCopyMin, 3}, {zeroCopyMin - 1, 5 << 20}, {0, 8 << 20, 1},
+		// more frames than one call sends, and more small bytes than the
+		// receiver packs together
+		{1, 2, 3, 4, 5}, {8, zeroCopyMin, 8, zeroCopyMin, 8}, {4096, 4096, 4096, 4096, 4096, 4097, 0}}
 	var want [][][]byte
 	for _, shared := range []bool{false, true} {
 		for i, sz := range sizes {
