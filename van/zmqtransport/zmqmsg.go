@@ -244,6 +244,9 @@ func copyFrame(p unsafe.Pointer, n int) []byte {
 	b := make([]byte, n)
 	for off := 0; off < n; off += copyChunk {
 		copy(b[off:], src[off:min(off+copyChunk, n)])
+		// A collection that wants this goroutine stopped cannot stop it
+		// inside the copy, only at a call: let it here.
+		runtime.Gosched()
 	}
 	return b
 }
