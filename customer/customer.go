@@ -33,7 +33,17 @@ type Customer struct {
 	nodeDown   atomic.Pointer[func(id int)]
 	filter     atomic.Pointer[func(msg *message.Message) error]
 	resumed    atomic.Bool // handling has started (see StartPaused)
+	takesLent  atomic.Bool // see SetTakesLent
 }
+
+// SetTakesLent lets the customer be given messages whose large frames are
+// lent by the transport rather than copied (see message.Message.Lend): its
+// handler promises to keep no part of a message's data after it returns,
+// and the customer gives the frames back then. Off by default.
+func (c *Customer) SetTakesLent(on bool) { c.takesLent.Store(on) }
+
+// TakesLent reports whether the customer takes lent messages.
+func (c *Customer) TakesLent() bool { return c.takesLent.Load() }
 
 // SetNodeDownHandler sets a function told when a node this customer may be
 // waiting on is gone (see postoffice).
@@ -176,6 +186,7 @@ func (c *Customer) receive() {
 // run handles one message and, for a response, counts it against its
 // request.
 func (c *Customer) run(msg *message.Message) {
+	defer msg.Release() // lent frames are given back once handled
 	if !msg.Meta.Request && !c.tracker.Pending(int(msg.Meta.Timestamp)) {
 		c.dropLog.Warn().Stringer("msg", msg).Msg("dropping a response nobody waits for")
 		return

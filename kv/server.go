@@ -65,6 +65,18 @@ func (s *KVServer[V]) SetRequestHandle(h ReqHandle[V]) error {
 	return nil
 }
 
+// LendRequests, when on, gives the request handle views of the receive
+// buffers for large keys, values and lens (512 KiB or more) instead of
+// copies: the copy of a large push or pull request into fresh memory is
+// saved (the way C++ ps-lite's handles see their requests). The views are
+// valid only while the handle runs: a handle that keeps data beyond it (a
+// store, a later Response) must copy it. Answering from within the handle
+// with a view of the request (ZResponse with the request's keys, as
+// DefaultHandle does) is safe: what is sent is copied first. Run tests with
+// PS_POISON_LENT=1 to overwrite given-back buffers, so that a handle that
+// keeps a view reads garbage. Off by default.
+func (s *KVServer[V]) LendRequests(on bool) { s.cust.SetTakesLent(on) }
+
 // SetSimpleRequestHandle sets the function that answers SimpleApp requests.
 // Like KV requests, they are handled once SetRequestHandle has been called.
 func (s *KVServer[V]) SetSimpleRequestHandle(h SimpleHandle) {

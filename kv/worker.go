@@ -52,7 +52,7 @@ type KVWorker[V message.Value] struct {
 
 	mu        sync.Mutex // guards callbacks, pulls, waiting and slicer
 	callbacks map[int]func() error
-	pulls     map[int][]KVPairs[V]
+	pulls     map[int][]pullPart[V]
 	// waiting holds, per unfinished request, the ranks of the servers that
 	// have not answered yet, so that a lost server fails exactly the
 	// requests that wait on it.
@@ -78,7 +78,7 @@ func NewKVWorker[V message.Value](po *postoffice.Postoffice, appID, customerID i
 	w := &KVWorker[V]{
 		SimpleApp: newSimpleApp(po),
 		callbacks: make(map[int]func() error),
-		pulls:     make(map[int][]KVPairs[V]),
+		pulls:     make(map[int][]pullPart[V]),
 		waiting:   make(map[int][]int),
 		started:   make(map[int]startedReq),
 		slicer:    DefaultSlicer[V],
@@ -88,8 +88,32 @@ func NewKVWorker[V message.Value](po *postoffice.Postoffice, appID, customerID i
 	}
 	w.cust.SetNodeDownHandler(w.nodeDown)
 	w.cust.SetFilter(w.accept)
+	// Pull responses keep only their values (copied) and key bounds, so the
+	// received keys need no copy.
+	w.cust.SetTakesLent(true)
 	w.cust.Resume()
 	return w, nil
+}
+
+// pullPart is one server's answer to a pull: the bounds of its keys, and
+// its values and lens.
+type pullPart[V message.Value] struct {
+	first, last uint64
+	keys        int
+	vals        []V
+	lens        []int32
+}
+
+// ownSlice returns s, or a copy of it when it is a view of lent memory.
+func ownSlice[T message.Value](s []T, lent bool) []T {
+	if !lent || len(s) == 0 {
+		return s
+	}
+	own, err := message.Values[T](message.Clone(message.Frame(s)))
+	if err != nil { // cannot happen: a whole number of values
+		return slices.Clone(s)
+	}
+	return own
 }
 
 // accept lets in SimpleApp messages and, of KV messages, only responses
@@ -350,6 +374,7 @@ func (w *KVWorker[V]) runCallback(ts int) {
 
 func (w *KVWorker[V]) process(msg *message.Message) {
 	if msg.Meta.SimpleApp {
+		msg.Own()
 		w.SimpleApp.process(msg)
 		return
 	}
@@ -386,8 +411,11 @@ func (w *KVWorker[V]) process(msg *message.Message) {
 			w.cust.Tracker().Fail(ts, err)
 			return
 		}
+		n := len(kvs.Keys)
+		part := pullPart[V]{first: kvs.Keys[0], last: kvs.Keys[n-1], keys: n,
+			vals: ownSlice(kvs.Vals, msg.IsLent(1)), lens: ownSlice(kvs.Lens, msg.IsLent(2))}
 		w.mu.Lock()
-		w.pulls[ts] = append(w.pulls[ts], kvs)
+		w.pulls[ts] = append(w.pulls[ts], part)
 		w.mu.Unlock()
 	}
 	got, expected, ok := w.cust.Tracker().NumResponse(ts)
@@ -404,17 +432,17 @@ func (w *KVWorker[V]) assemble(ts int, dest *pullDest[V]) error {
 	parts := w.pulls[ts]
 	delete(w.pulls, ts)
 	w.mu.Unlock()
-	sort.Slice(parts, func(i, j int) bool { return parts[i].Keys[0] < parts[j].Keys[0] })
+	sort.Slice(parts, func(i, j int) bool { return parts[i].first < parts[j].first })
 	totalKeys, totalVals := 0, 0
 	for _, p := range parts {
 		// Each answer must cover the next run of requested keys; checking its
 		// ends is enough for the sorted keys a slicer sends (as C++ does).
-		n := len(p.Keys)
-		if totalKeys+n > len(dest.keys) || p.Keys[0] != dest.keys[totalKeys] || p.Keys[n-1] != dest.keys[totalKeys+n-1] {
+		n := p.keys
+		if totalKeys+n > len(dest.keys) || p.first != dest.keys[totalKeys] || p.last != dest.keys[totalKeys+n-1] {
 			return fmt.Errorf("kv: pull responses do not match the requested keys")
 		}
 		totalKeys += n
-		totalVals += len(p.Vals)
+		totalVals += len(p.vals)
 	}
 	if totalKeys != len(dest.keys) {
 		return fmt.Errorf("kv: pull got %d of %d keys (lost a server?)", totalKeys, len(dest.keys))
@@ -423,7 +451,7 @@ func (w *KVWorker[V]) assemble(ts int, dest *pullDest[V]) error {
 	handedOver := false
 	if len(vals) == 0 && len(parts) == 1 {
 		// One answer and no destination yet: hand over the received values.
-		vals, handedOver = parts[0].Vals, true
+		vals, handedOver = parts[0].vals, true
 	} else if len(vals) == 0 {
 		vals = make([]V, totalVals)
 	} else if len(vals) != totalVals {
@@ -441,20 +469,20 @@ func (w *KVWorker[V]) assemble(ts int, dest *pullDest[V]) error {
 	vi, ki := 0, 0
 	for _, p := range parts {
 		if !handedOver {
-			copy(vals[vi:], p.Vals)
+			copy(vals[vi:], p.vals)
 		}
-		vi += len(p.Vals)
+		vi += len(p.vals)
 		if lens != nil {
-			if len(p.Lens) > 0 {
-				copy(lens[ki:], p.Lens)
+			if len(p.lens) > 0 {
+				copy(lens[ki:], p.lens)
 			} else {
-				per := int32(len(p.Vals) / max(len(p.Keys), 1))
-				for j := range p.Keys {
+				per := int32(len(p.vals) / max(p.keys, 1))
+				for j := range p.keys {
 					lens[ki+j] = per
 				}
 			}
 		}
-		ki += len(p.Keys)
+		ki += p.keys
 	}
 	*dest.vals = vals
 	if dest.lens != nil {

@@ -3,6 +3,7 @@ package message
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
 )
 
@@ -184,6 +185,66 @@ type Message struct {
 	// the request has finished (its responses prove they were sent), a
 	// response's for good. Not on the wire.
 	ZeroCopy bool
+
+	lent    uint64 // Data frames lent by the transport (bit i: Data[i])
+	release func() // gives them back
+}
+
+// Lend marks the Data frames of mask (bit i for Data[i]) as lent: memory
+// that is not the message's own, valid until release is called, by Release
+// or Own. The van lends large frames of received requests to customers
+// that accept them.
+func (m *Message) Lend(mask uint64, release func()) {
+	m.lent, m.release = mask, release
+}
+
+// Lent reports whether some of the message's frames are lent.
+func (m *Message) Lent() bool { return m.release != nil }
+
+// IsLent reports whether Data[i] is lent.
+func (m *Message) IsLent(i int) bool { return i >= 0 && i < 64 && m.lent&(1<<i) != 0 }
+
+// Release gives the lent frames back: from now on they must not be used
+// (whoever kept a view of them reads garbage). It does nothing for a
+// message with nothing lent, or the second time.
+func (m *Message) Release() {
+	if f := m.release; f != nil {
+		m.release, m.lent = nil, 0
+		f()
+	}
+}
+
+// Own replaces the lent frames by copies of the message's own and gives
+// them back, so that the message can be kept.
+func (m *Message) Own() {
+	if m.release == nil {
+		return
+	}
+	for i, f := range m.Data {
+		if m.IsLent(i) {
+			m.Data[i] = Clone(f)
+		}
+	}
+	m.Release()
+}
+
+// cloneChunk bounds each memmove of a large copy: a collection that wants
+// the copying goroutine stopped can stop it only between chunks.
+const cloneChunk = 256 << 10
+
+// Clone returns a copy of b in memory of its own. A large one is copied in
+// chunks, yielding between them, so that a collection does not spin
+// (signalling the thread again and again) waiting for one long memmove into
+// fresh pages to end.
+func Clone(b []byte) []byte {
+	out := make([]byte, len(b))
+	for off := 0; off < len(b); off += cloneChunk {
+		copy(out[off:], b[off:min(off+cloneChunk, len(b))])
+		if len(b) > cloneChunk {
+			runtime.Gosched()
+		}
+	}
+	return out
 }
 
 // New returns a message whose meta has every id set to Empty.

@@ -84,6 +84,10 @@ type Config struct {
 	// ResendMaxRetry is PS_RESEND_MAX_RETRY, an optional cap on the resends
 	// of one message (default 0: none, only ResendGiveUp).
 	ResendMaxRetry int
+	// PoisonLent is PS_POISON_LENT=1: request memory lent to a handle (see
+	// kv.KVServer.LendRequests) is overwritten with 0xDB bytes when the
+	// handle returns, so that a handle that keeps a view fails its tests.
+	PoisonLent bool
 	// Curve, when set (PS_CURVE_PUBLIC_KEY and PS_CURVE_SECRET_KEY, the
 	// job's key pair in Z85), encrypts and authenticates every connection.
 	Curve *van.CurveKeys
@@ -163,6 +167,7 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	c.LinkTimeout = time.Duration(intVar("PS_LINK_TIMEOUT", int(DefaultLinkTimeout/time.Second), 0, 1<<20, false)) * time.Second
 	c.ResendGiveUp = time.Duration(intVar("PS_RESEND_GIVEUP", int(control.DefaultResendGiveUp/time.Second), 1, 1<<20, false)) * time.Second
 	c.ResendMaxRetry = intVar("PS_RESEND_MAX_RETRY", 0, 0, 1<<20, false)
+	c.PoisonLent = intVar("PS_POISON_LENT", 0, 0, 1, false) != 0
 	if pub, sec := get("PS_CURVE_PUBLIC_KEY"), get("PS_CURVE_SECRET_KEY"); pub != "" || sec != "" {
 		keys := van.CurveKeys{Public: pub, Secret: sec}
 		if err := keys.Check(); err != nil {

@@ -485,6 +485,9 @@ func (h *handler) HandleData(msg *message.Message) {
 	key := [2]int{int(msg.Meta.AppID), cid}
 	p.mu.Lock()
 	c := p.customers[key]
+	if c == nil || !c.TakesLent() {
+		msg.Own() // kept, or for a customer that copies nothing itself
+	}
 	if c == nil {
 		size := dataBytes(msg)
 		if p.npending >= maxPending || p.pendingB+size > maxPendingBytes {
@@ -503,9 +506,15 @@ func (h *handler) HandleData(msg *message.Message) {
 	}
 	p.mu.Unlock()
 	if !c.Accept(msg) {
+		msg.Release()
 		p.log.Warn().Str("msg", msg.String()).Msg("dropping a message for a stopped customer")
 	}
 }
+
+// TakesLent implements van.LendingHandler: data messages go to customers,
+// which give lent ones back after their handler ran, or copy them first
+// when the customer does not take lent messages.
+func (h *handler) TakesLent() {}
 
 // HandleSendFailure fails the request a lost message belonged to, so that
 // its Wait returns the error.

@@ -21,5 +21,6 @@ func defaultTransport(cfg Config, log zerolog.Logger) (van.Transport, error) {
 
 		MaxMessageBytes: cfg.MaxMessageBytes,
 		LinkTimeout:     cfg.LinkTimeout,
+		PoisonLent:      cfg.PoisonLent,
 	})
 }

@@ -39,7 +39,7 @@ func (v *Van) receive() bool {
 	}
 	for {
 		v.applyHandover()
-		ident, frames, err := v.tr.Recv()
+		ident, frames, lent, release, err := v.recv()
 		if err != nil {
 			if errors.Is(err, ErrRecvTimeout) {
 				if v.stopping.Load() {
@@ -63,11 +63,21 @@ func (v *Van) receive() bool {
 		}
 		msg, err := v.decode(ident, frames)
 		if err != nil {
+			if release != nil {
+				release()
+			}
 			v.metrics.Dropped("malformed")
 			v.dropLog.Warn().Err(err).Str("from", describeIdentity(ident)).Msg("dropping a malformed message")
 			continue
 		}
+		if release != nil {
+			msg.Lend(lent>>1, release) // bit 0: the meta
+			if msg.Meta.IsControl() || !v.isReady.Load() {
+				msg.Own() // kept, or small
+			}
+		}
 		if !v.fromMember(msg) {
+			msg.Release()
 			v.metrics.Dropped("not_member")
 			continue
 		}
@@ -79,6 +89,7 @@ func (v *Van) receive() bool {
 			v.metrics.Received(&msg.Meta, n)
 		}
 		if d := v.dropRate.Load(); d > 0 && v.IsReady() && msg.Meta.Control.Cmd != message.CmdTerminate && v.rng.IntN(100) < int(d) {
+			msg.Release()
 			v.metrics.Dropped("test_drop")
 			v.log.Debug().Str("msg", msg.String()).Msg("dropping a message (PS_DROP_MSG)")
 			continue
@@ -157,6 +168,7 @@ func (v *Van) handle(msg *message.Message) verdict {
 			}
 		}
 		if drop {
+			msg.Release()
 			if msg.Meta.Control.Cmd != message.CmdAck {
 				v.metrics.Duplicate()
 				v.log.Debug().Str("msg", msg.String()).Msg("dropping a duplicate")
@@ -197,6 +209,7 @@ func (v *Van) handle(msg *message.Message) verdict {
 		return goOn
 	}
 	if msg.Meta.AppID == emptyID {
+		msg.Release()
 		v.metrics.Dropped("no_app")
 		v.dropLog.Warn().Str("msg", msg.String()).Msg("dropping a data message without app id")
 		return goOn
@@ -211,6 +224,11 @@ func (v *Van) handle(msg *message.Message) verdict {
 // goroutine still runs the receive loop afterwards.
 func (v *Van) dispatch(msg *message.Message) bool {
 	v.handlerSince.Store(time.Now().UnixNano())
+	if msg.Lent() {
+		if _, ok := v.handler.(LendingHandler); !ok {
+			msg.Own()
+		}
+	}
 	seq := v.inHandler.Add(1) // odd: in the handler
 	v.handler.HandleData(msg)
 	if !msg.Meta.Request {

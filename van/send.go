@@ -18,6 +18,7 @@ func (v *Van) Send(msg *message.Message) (int, error) {
 	}
 	r := v.res.Load()
 	if r != nil {
+		ownFrames(msg) // kept until acknowledged
 		r.r.Outgoing(msg, v.MyNode().ID, v.clock.Now())
 	}
 	n, err := v.send(v.ctx, msg, true)
@@ -39,6 +40,7 @@ func (v *Van) Send(msg *message.Message) (int, error) {
 // other message).
 func (v *Van) post(msg *message.Message) (int, error) {
 	if r := v.res.Load(); r != nil {
+		ownFrames(msg)
 		r.r.Outgoing(msg, v.MyNode().ID, v.clock.Now())
 	}
 	return v.send(nil, msg, false)

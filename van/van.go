@@ -83,12 +83,23 @@ type Config struct {
 	Clock Clock
 }
 
+// LendingHandler is a Handler whose HandleData takes messages with lent
+// frames (see Lender and message.Message.Lend) and gives each back, with
+// msg.Release once done with it or msg.Own to keep it.
+type LendingHandler interface {
+	Handler
+	// TakesLent marks the handler; it is never called.
+	TakesLent()
+}
+
 // Handler receives what the van does not handle itself.
 type Handler interface {
 	// HandleData is called, on the receive goroutine, for each data message.
 	// It may take its time: a call that lasts longer than HandlerStall
 	// hands the receive loop to a new goroutine, and the call's goroutine
 	// ends when it returns.
+	// A LendingHandler may be given messages with lent frames; any other
+	// handler gets messages of their own.
 	HandleData(msg *message.Message)
 	// HandleBarrierDone is called when the scheduler releases a barrier.
 	HandleBarrierDone(msg *message.Message)

@@ -25,6 +25,7 @@ func main() {
 	if ps.IsServer() {
 		s, err := ps.NewKVServer[float32](0)
 		prog.Check(err, "server")
+		s.LendRequests(true) // emptyHandle keeps nothing of a request
 		prog.Check(s.SetRequestHandle(emptyHandle), "handle")
 		ps.RegisterExitCallback(s.Close)
 	}

@@ -17,6 +17,7 @@ import (
 	zmq "github.com/pebbe/zmq4"
 	"github.com/rs/zerolog"
 
+	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/van"
 )
 
@@ -59,6 +60,10 @@ type Options struct {
 	// timeout (unacknowledged data) of LinkTimeout, on every socket. So a
 	// cut cable or a host gone is noticed without application heartbeats.
 	LinkTimeout time.Duration
+	// PoisonLent overwrites lent frames (see RecvLent) with 0xDB bytes when
+	// they are given back, so that a handler that keeps a view of its
+	// request reads garbage in its tests (PS_POISON_LENT).
+	PoisonLent bool
 	// Log receives the transport's own warnings (refused connections).
 	Log zerolog.Logger
 }
@@ -104,6 +109,7 @@ type Transport struct {
 var (
 	_ van.Transport          = (*Transport)(nil)
 	_ van.ConnectionReporter = (*Transport)(nil)
+	_ van.Lender             = (*Transport)(nil)
 )
 
 // peer is the sending side for one node.
@@ -515,6 +521,18 @@ func (t *Transport) send(ctx context.Context, id int, frames [][]byte, shared bo
 		for i, f := range frames {
 			m.frames[i] = append([]byte(nil), f...)
 		}
+	} else {
+		copied := false
+		for i, f := range frames {
+			// Lent memory is the handler's only until it returns: a frame
+			// of it that waits in the queue is copied.
+			if len(f) >= zeroCopyMin && van.IsLent(f) {
+				if !copied { // the caller's list stays as it was
+					m.frames, copied = append([][]byte(nil), frames...), true
+				}
+				m.frames[i] = message.Clone(f)
+			}
+		}
 	}
 	p.qMu.Lock()
 	for len(p.q) >= limit && !p.closing {
@@ -610,14 +628,27 @@ func (t *Transport) SetHandover(on bool) error {
 
 // Recv implements van.Transport.
 func (t *Transport) Recv() ([]byte, [][]byte, error) {
+	ident, frames, _, _, err := t.recv(false)
+	return ident, frames, err
+}
+
+// RecvLent implements van.Lender: frames of 512 KiB or more are lent
+// (views of libzmq's buffers) rather than copied.
+func (t *Transport) RecvLent() ([]byte, [][]byte, uint64, func(), error) {
+	return t.recv(true)
+}
+
+func (t *Transport) recv(lend bool) ([]byte, [][]byte, uint64, func(), error) {
 	if t.router == nil {
-		return nil, nil, errors.New("van: not bound")
+		return nil, nil, 0, nil, errors.New("van: not bound")
 	}
 	var frames [][]byte
+	var mask uint64
+	var release func()
 	var err error
 	switch {
 	case t.reader != nil:
-		frames, err = t.reader.recv(0)
+		frames, mask, release, err = t.reader.recv(0, lend, t.opts.PoisonLent)
 	default:
 		frames, err = t.router.RecvMessageBytes(0)
 		if err == nil {
@@ -626,17 +657,20 @@ func (t *Transport) Recv() ([]byte, [][]byte, error) {
 	}
 	if err != nil {
 		if errors.Is(err, zmq.Errno(syscall.EAGAIN)) {
-			return nil, nil, van.ErrRecvTimeout
+			return nil, nil, 0, nil, van.ErrRecvTimeout
 		}
 		if errors.Is(err, zmq.ETERM) {
-			return nil, nil, van.ErrClosed
+			return nil, nil, 0, nil, van.ErrClosed
 		}
-		return nil, nil, fmt.Errorf("van: receive: %w", err)
+		return nil, nil, 0, nil, fmt.Errorf("van: receive: %w", err)
 	}
 	if len(frames) == 0 {
-		return nil, nil, van.ErrRecvTimeout
+		if release != nil {
+			release()
+		}
+		return nil, nil, 0, nil, van.ErrRecvTimeout
 	}
-	return frames[0], frames[1:], nil
+	return frames[0], frames[1:], mask >> 1, release, nil // bit 0 was the identity
 }
 
 // writersStopWait bounds how long Close waits for the writers to stop.

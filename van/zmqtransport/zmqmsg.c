@@ -124,6 +124,30 @@ void pslite_reader_release(pslite_reader *r, int i) {
 	zmq_msg_init(&r->msgs[i]);
 }
 
+zmq_msg_t *pslite_reader_take(pslite_reader *r, int i) {
+	zmq_msg_t *m = malloc(sizeof *m);
+	if (m == NULL) {
+		return NULL;
+	}
+	zmq_msg_init(m);
+	if (zmq_msg_move(m, &r->msgs[i]) != 0) {
+		free(m);
+		return NULL;
+	}
+	return m;
+}
+
+void pslite_msg_free(zmq_msg_t *m) {
+	zmq_msg_close(m);
+	free(m);
+}
+
+size_t pslite_msg_poison(zmq_msg_t *m) {
+	size_t n = zmq_msg_size(m);
+	memset(zmq_msg_data(m), 0xDB, n);
+	return n;
+}
+
 int pslite_recv_msg(void *sock, pslite_reader *r, int flags) {
 	close_open(r);
 	r->count = 0;

@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"runtime"
 	"runtime/cgo"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -79,13 +80,16 @@ func sendFrame(s *zmq.Socket, h unsafe.Pointer, f []byte, flags zmq.Flag, shared
 	return int(n), nil
 }
 
-// pin prepares frame f for a send without a copy: it stays pinned until
-// libzmq releases it (pslite_release_frame). It returns the hint to pass
-// with it.
+// pin prepares frame f for a send without a copy: it stays pinned (or,
+// when it is memory lent to a handler, held: van.AcquireLent) until libzmq
+// releases it (pslite_release_frame). It returns the hint to pass with it.
 func pin(f []byte) C.uintptr_t {
+	pinnedFrames.Add(1)
+	if release, ok := van.AcquireLent(f); ok {
+		return C.uintptr_t(cgo.NewHandle(release))
+	}
 	p := new(runtime.Pinner)
 	p.Pin(unsafe.SliceData(f))
-	pinnedFrames.Add(1)
 	return C.uintptr_t(cgo.NewHandle(p))
 }
 
@@ -122,7 +126,12 @@ func sendMsg(h unsafe.Pointer, frames [][]byte, flags zmq.Flag, shared bool) (in
 //export pslite_release_frame
 func pslite_release_frame(h C.uintptr_t) {
 	handle := cgo.Handle(h)
-	handle.Value().(*runtime.Pinner).Unpin()
+	switch v := handle.Value().(type) {
+	case *runtime.Pinner:
+		v.Unpin()
+	case func():
+		v() // a hold on lent memory
+	}
 	handle.Delete()
 	pinnedFrames.Add(-1)
 }
@@ -155,10 +164,15 @@ func newFrameReader(h unsafe.Pointer, maxFrames int, maxBytes int64) *frameReade
 //
 // Small frames come packed in one C buffer and are copied into one Go
 // allocation; the frames are slices of it, each capped at its own length.
-func (r *frameReader) recv(flags zmq.Flag) ([][]byte, error) {
+//
+// With lend, frames of at least zeroCopyMin bytes (of the first 64) are not
+// copied but lent: views of libzmq's buffers, marked in mask, valid until
+// release is called (nil when nothing was lent). With poison, release
+// overwrites them first, so that whoever kept a view reads 0xDB bytes.
+func (r *frameReader) recv(flags zmq.Flag, lend, poison bool) (frames [][]byte, mask uint64, release func(), err error) {
 	n := int(C.pslite_recv_msg(r.h, r.r, C.int(flags)))
 	if n < 0 {
-		return nil, zmq.Errno(-n)
+		return nil, 0, nil, zmq.Errno(-n)
 	}
 	c := r.r
 	count, size := int(c.count), int64(c.bytes)
@@ -169,10 +183,18 @@ func (r *frameReader) recv(flags zmq.Flag) ([][]byte, error) {
 	if c.used > 0 {
 		pack = C.GoBytes(unsafe.Pointer(c.pack), C.int(c.used)) // not zeroed first
 	}
+	var lent []*C.zmq_msg_t
 	frameAt := func(i int) []byte {
 		n := int(sizes[i])
 		if off := int(packed[i]); off >= 0 {
 			return pack[off : off+n : off+n]
+		}
+		if lend && n >= zeroCopyMin && i < 64 {
+			if m := C.pslite_reader_take(c, C.int(i)); m != nil {
+				lent = append(lent, m)
+				mask |= 1 << i
+				return unsafe.Slice((*byte)(C.zmq_msg_data(m)), n)
+			}
 		}
 		f := copyFrame(C.zmq_msg_data(&unsafe.Slice(c.msgs, kept)[i]), n)
 		if n >= zeroCopyMin {
@@ -191,13 +213,63 @@ func (r *frameReader) recv(flags zmq.Flag) ([][]byte, error) {
 		// one): give what it freed back to the system.
 		C.pslite_reader_release_all(c)
 		C.pslite_release_memory()
-		return nil, oversized(ident, count-1, size)
+		return nil, 0, nil, oversized(ident, count-1, size)
 	}
-	frames := make([][]byte, count)
+	frames = make([][]byte, count)
 	for i := range frames {
 		frames[i] = frameAt(i)
 	}
-	return frames, nil
+	if len(lent) > 0 {
+		lentMessages.Add(1)
+		var once sync.Once
+		release = func() {
+			once.Do(func() {
+				for _, m := range lent {
+					if poison {
+						quarantine(m)
+					} else {
+						C.pslite_msg_free(m)
+					}
+				}
+				lentMessages.Add(-1)
+			})
+		}
+	}
+	return frames, mask, release, nil
+}
+
+// lentMessages counts messages whose frames are lent and not given back.
+var lentMessages atomic.Int64
+
+// poisoned holds given-back frames overwritten with 0xDB (PoisonLent), so
+// that a view kept past its release reads 0xDB bytes, not memory reused
+// or unmapped, until quarantineBytes of newer ones push it out.
+var poisoned struct {
+	mu    sync.Mutex
+	msgs  []*C.zmq_msg_t
+	sizes []int
+	bytes int
+}
+
+// quarantineBytes bounds the memory poisoned frames hold.
+const quarantineBytes = 256 << 20
+
+func quarantine(m *C.zmq_msg_t) {
+	n := int(C.pslite_msg_poison(m))
+	poisoned.mu.Lock()
+	poisoned.msgs = append(poisoned.msgs, m)
+	poisoned.sizes = append(poisoned.sizes, n)
+	poisoned.bytes += n
+	var free []*C.zmq_msg_t
+	for poisoned.bytes > quarantineBytes && len(poisoned.msgs) > 1 {
+		free = append(free, poisoned.msgs[0])
+		poisoned.bytes -= poisoned.sizes[0]
+		poisoned.msgs, poisoned.sizes = poisoned.msgs[1:], poisoned.sizes[1:]
+	}
+	poisoned.mu.Unlock()
+	for _, m := range free {
+		C.pslite_msg_free(m)
+	}
 }
 
 // checkSize returns van.ErrOversized when a received message (identity

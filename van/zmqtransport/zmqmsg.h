@@ -57,6 +57,17 @@ void pslite_reader_release(pslite_reader *r, int i);
 // pslite_reader_release_all closes every frame of the last message.
 void pslite_reader_release_all(pslite_reader *r);
 
+// pslite_reader_take moves frame i of the last message out of r into a
+// message of its own (malloc'd), or returns NULL when memory is short.
+zmq_msg_t *pslite_reader_take(pslite_reader *r, int i);
+
+// pslite_msg_free closes and frees a message from pslite_reader_take.
+void pslite_msg_free(zmq_msg_t *m);
+
+// pslite_msg_poison overwrites the bytes of m with 0xDB and returns their
+// number.
+size_t pslite_msg_poison(zmq_msg_t *m);
+
 // pslite_release_memory gives memory the C allocator holds free back to
 // the system (glibc's malloc_trim; a no-op elsewhere).
 void pslite_release_memory(void);

@@ -1,0 +1,110 @@
+package kv_test
+
+import (
+	"math"
+	"sync"
+	"testing"
+
+	"github.com/gopslite/pslite/internal/testcluster"
+	"github.com/gopslite/pslite/kv"
+	"github.com/gopslite/pslite/postoffice"
+)
+
+// TestLentRequests runs servers with LendRequests over ZeroMQ, with given
+// back memory poisoned (PS_POISON_LENT), requests large enough to be lent
+// (800 KB of keys and of values per server), with and without resending:
+//   - the handle sees the pushed keys and values;
+//   - a pull answered with a view of the request's keys (ZResponse) reaches
+//     the worker intact, though the handle returns before it is sent;
+//   - pulled values lent to the worker are its own;
+//   - a view the handle keeps past its return reads the poison.
+func TestLentRequests(t *testing.T) {
+	for _, resend := range []bool{false, true} {
+		t.Run(map[bool]string{false: "resend off", true: "resend on"}[resend], func(t *testing.T) {
+			c := testcluster.New(t, 2, 1, testcluster.Options{Tweak: func(cfg *postoffice.Config) {
+				cfg.PoisonLent = true
+				cfg.Resend = resend
+			}})
+			if c.Network != nil {
+				t.Skip("needs the ZeroMQ transport (cgo)")
+			}
+			val := func(k uint64) float64 { return float64(k%1000003) + 0.5 }
+			var mu sync.Mutex
+			var kept []float64 // a view a (wrong) handle keeps
+			pushed := 0
+			for _, p := range c.Servers {
+				s, err := kv.NewKVServer[float64](p, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				s.LendRequests(true)
+				err = s.SetRequestHandle(func(meta kv.KVMeta, data kv.KVPairs[float64], s *kv.KVServer[float64]) {
+					if meta.Push {
+						for i, k := range data.Keys {
+							if data.Vals[i] != val(k) {
+								t.Errorf("pushed value of key %d reads %v", k, data.Vals[i])
+								break
+							}
+						}
+						mu.Lock()
+						kept = data.Vals
+						pushed += len(data.Keys)
+						mu.Unlock()
+						s.Response(meta, kv.KVPairs[float64]{})
+						return
+					}
+					vals := make([]float64, len(data.Keys))
+					for i, k := range data.Keys {
+						vals[i] = val(k)
+					}
+					if err := s.ZResponse(meta, kv.KVPairs[float64]{Keys: data.Keys, Vals: vals}); err != nil {
+						t.Error(err)
+					}
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			w, err := kv.NewKVWorker[float64](c.Workers[0], 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const n = 200000
+			keys := spreadKeys(n, 3)
+			vals := make([]float64, n)
+			for i, k := range keys {
+				vals[i] = val(k)
+			}
+			for round := range 3 {
+				ts, err := w.Push(keys, vals, nil)
+				if err == nil {
+					err = w.Wait(ts)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got []float64
+				if ts, err = w.Pull(keys, &got, nil); err == nil {
+					err = w.Wait(ts)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, k := range keys {
+					if got[i] != val(k) {
+						t.Fatalf("round %d: pulled %v for key %d, want %v", round, got[i], k, val(k))
+					}
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if pushed != 3*n {
+				t.Fatalf("handles saw %d pushed keys, want %d", pushed, 3*n)
+			}
+			poison := math.Float64frombits(0xDBDBDBDBDBDBDBDB)
+			if len(kept) == 0 || kept[0] != poison || kept[len(kept)-1] != poison {
+				t.Fatalf("a view kept past the handle reads %v...%v, want the poison", kept[0], kept[len(kept)-1])
+			}
+		})
+	}
+}
