@@ -84,6 +84,10 @@ type Config struct {
 	// ResendMaxRetry is PS_RESEND_MAX_RETRY, an optional cap on the resends
 	// of one message (default 0: none, only ResendGiveUp).
 	ResendMaxRetry int
+	// KeepRecvMemory is PS_KEEP_RECV_MEMORY (default 1; 0 turns it off):
+	// the C allocator keeps freed memory for the next large receive instead
+	// of faulting fresh pages in for each (see zmqtransport.Options).
+	KeepRecvMemory bool
 	// PoisonLent is PS_POISON_LENT=1: request memory lent to a handle (see
 	// kv.KVServer.LendRequests) is overwritten with 0xDB bytes when the
 	// handle returns, so that a handle that keeps a view fails its tests.
@@ -168,6 +172,7 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	c.ResendGiveUp = time.Duration(intVar("PS_RESEND_GIVEUP", int(control.DefaultResendGiveUp/time.Second), 1, 1<<20, false)) * time.Second
 	c.ResendMaxRetry = intVar("PS_RESEND_MAX_RETRY", 0, 0, 1<<20, false)
 	c.PoisonLent = intVar("PS_POISON_LENT", 0, 0, 1, false) != 0
+	c.KeepRecvMemory = intVar("PS_KEEP_RECV_MEMORY", 1, 0, 1, false) != 0
 	if pub, sec := get("PS_CURVE_PUBLIC_KEY"), get("PS_CURVE_SECRET_KEY"); pub != "" || sec != "" {
 		keys := van.CurveKeys{Public: pub, Secret: sec}
 		if err := keys.Check(); err != nil {

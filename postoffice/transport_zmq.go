@@ -22,5 +22,6 @@ func defaultTransport(cfg Config, log zerolog.Logger) (van.Transport, error) {
 		MaxMessageBytes: cfg.MaxMessageBytes,
 		LinkTimeout:     cfg.LinkTimeout,
 		PoisonLent:      cfg.PoisonLent,
+		KeepRecvMemory:  cfg.KeepRecvMemory,
 	})
 }

@@ -45,7 +45,8 @@ var (
 	memReqs  = flag.Int("mem-requests", 1000000, "requests in the memory measurement")
 	label    = flag.String("label", "", "free text added to every result (e.g. the layout)")
 	bulkOps  = flag.String("ops", "push,pull,pushpull", "bulk operations to measure, in this order")
-	withRaw  = flag.Bool("raw", true, "measure the raw ZeroMQ counterpart of the window rates too (false: ours only, for profiling)")
+	lendReqs = flag.Bool("lend", true, "servers take lent requests (KVServer.LendRequests; the handle keeps nothing of a request)")
+	withRaw  = flag.Bool("raw", true, "measure the raw ZeroMQ counterparts too (false: ours only, for profiling)")
 )
 
 // Result is one measurement.
@@ -99,6 +100,7 @@ func main() {
 			}
 			app.Response(d, body)
 		})
+		s.LendRequests(*lendReqs)
 		prog.Check(s.SetRequestHandle(emptyHandle), "handle")
 		ps.RegisterExitCallback(s.Close)
 	}
@@ -256,6 +258,9 @@ func rawRequests(parts []kv.KVPairs[float32], push, pull bool) []*rawReq {
 }
 
 func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
 	s := append([]time.Duration(nil), d...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return s[len(s)/2]
@@ -303,6 +308,9 @@ func bulk(w *kv.KVWorker[float32], rank int, raw *rawClient, add func(Result)) {
 		reqs := rawRequests(parts, op.push, op.pull)
 		var d, r []time.Duration
 		runRaw := func() {
+			if !*withRaw {
+				return
+			}
 			t, err := raw.roundTrip(reqs)
 			prog.Check(err, "raw "+op.name)
 			r = append(r, t)

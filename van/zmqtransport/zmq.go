@@ -60,6 +60,14 @@ type Options struct {
 	// timeout (unacknowledged data) of LinkTimeout, on every socket. So a
 	// cut cable or a host gone is noticed without application heartbeats.
 	LinkTimeout time.Duration
+	// KeepRecvMemory makes the process's C allocator keep the memory of
+	// large blocks it frees for the next ones (PS_KEEP_RECV_MEMORY, on by
+	// default): libzmq receives each large message into a block of its own,
+	// and a block of fresh pages costs a page fault per 4 KiB, more than
+	// receiving the bytes. The process then holds, after its largest
+	// receive, as much memory as that needed. It applies to the whole
+	// process, from the first transport created with it.
+	KeepRecvMemory bool
 	// PoisonLent overwrites lent frames (see RecvLent) with 0xDB bytes when
 	// they are given back, so that a handler that keeps a view of its
 	// request reads garbage in its tests (PS_POISON_LENT).
@@ -67,6 +75,9 @@ type Options struct {
 	// Log receives the transport's own warnings (refused connections).
 	Log zerolog.Logger
 }
+
+// keepMemory sets the C allocator up once per process (KeepRecvMemory).
+var keepMemory sync.Once
 
 // DefaultMaxMessageBytes is the default bound on a received message: 1 GiB,
 // eight times test_kv_app_benchmark's push of 10 million keys.
@@ -157,6 +168,13 @@ func New(opts Options) (*Transport, error) {
 	}
 	if opts.MaxFrames <= 0 {
 		opts.MaxFrames = DefaultMaxFrames
+	}
+	if opts.KeepRecvMemory {
+		keepMemory.Do(func() {
+			if !keepRecvMemory() {
+				opts.Log.Debug().Msg("cannot make the C allocator keep freed memory")
+			}
+		})
 	}
 	ctx, err := zmq.NewContext()
 	if err != nil {

@@ -206,6 +206,14 @@ int pslite_socket_type(void *sock) {
 	return type;
 }
 
+int pslite_keep_memory(void) {
+#ifdef __GLIBC__
+	return mallopt(M_ARENA_MAX, 1) && mallopt(M_MMAP_MAX, 0) && mallopt(M_TRIM_THRESHOLD, 0x7fffffff);
+#else
+	return 0;
+#endif
+}
+
 void pslite_release_memory(void) {
 #ifdef __GLIBC__
 	malloc_trim(0);

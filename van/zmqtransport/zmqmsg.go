@@ -93,6 +93,10 @@ func pin(f []byte) C.uintptr_t {
 	return C.uintptr_t(cgo.NewHandle(p))
 }
 
+// keepRecvMemory sets the C allocator up for Options.KeepRecvMemory; it
+// reports false where that is not supported.
+func keepRecvMemory() bool { return C.pslite_keep_memory() != 0 }
+
 // maxMsgFrames is the most frames sendMsg sends with one call.
 const maxMsgFrames = 4
 

@@ -72,6 +72,12 @@ size_t pslite_msg_poison(zmq_msg_t *m);
 // the system (glibc's malloc_trim; a no-op elsewhere).
 void pslite_release_memory(void);
 
+// pslite_keep_memory makes the C allocator serve large blocks from memory
+// it keeps (one arena, no mmap per block, no trimming) rather than from
+// fresh pages: libzmq's buffers for large received messages then reuse
+// memory whose pages are already there. It returns 0 where unsupported.
+int pslite_keep_memory(void);
+
 // pslite_socket_type returns the ZMQ_TYPE of sock, or -1.
 int pslite_socket_type(void *sock);
 #endif
