@@ -93,9 +93,22 @@ func TestConfigComplete(t *testing.T) {
 		ResendGiveUp:     180 * time.Second,
 		LinkTimeout:      180 * time.Second,
 		MaxMessageBytes:  1 << 30,
+		KeepRecvMemory:   true,
 	}
 	if c != want {
 		t.Fatalf("config\n got %+v\nwant %+v", c, want)
+	}
+}
+
+func TestConfigReceiveMemory(t *testing.T) {
+	e := base()
+	e["PS_KEEP_RECV_MEMORY"], e["PS_POISON_LENT"] = "0", "1"
+	if c := mustConfig(t, e); c.KeepRecvMemory || !c.PoisonLent {
+		t.Fatalf("PS_KEEP_RECV_MEMORY=0 PS_POISON_LENT=1: KeepRecvMemory %v, PoisonLent %v", c.KeepRecvMemory, c.PoisonLent)
+	}
+	e["PS_POISON_LENT"] = "2"
+	if _, err := postoffice.ConfigFromLookup(e.lookup); err == nil || !strings.Contains(err.Error(), "PS_POISON_LENT") {
+		t.Fatalf("PS_POISON_LENT=2: error %v", err)
 	}
 }
 
