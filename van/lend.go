@@ -24,9 +24,9 @@ type Lender interface {
 // lentMemory is the memory lent to the handlers of all vans in the process
 // and not given back yet, by message: a frame lent to a handler may be
 // sent on from there (a server answering with its request's keys). A
-// transport that sends such a frame without copying it holds the message's
-// memory (AcquireLent) until the frame is out; a message kept for resending
-// gets copies instead (ownFrames).
+// transport that sends such a frame without copying it, and a resender
+// that keeps it, hold the message's memory (AcquireLent) until done with
+// it; a transport that queues it copies it.
 var lentMemory struct {
 	n     atomic.Int32 // len(loans): no lock when nothing is lent
 	mu    sync.Mutex
@@ -125,6 +125,43 @@ func AcquireLent(b []byte) (release func(), ok bool) {
 	}
 	l.holds++
 	return l.drop, true
+}
+
+// keepable returns msg, or, when msg is sent without copies (ZeroCopy) and
+// some of its frames lie in lent memory (a handler answering with a view of
+// its request), a copy of it that holds that memory until the resender
+// forgets it (its Forget releases the copy).
+func keepable(msg *message.Message) *message.Message {
+	if !msg.ZeroCopy || lentMemory.n.Load() == 0 {
+		return msg
+	}
+	if msg.Lent() { // a received message sent on: its loan ends with its handler
+		own := *msg
+		own.Lend(0, nil)
+		ownFrames(&own)
+		return &own
+	}
+	var mask uint64
+	var holds []func()
+	for i, f := range msg.Data {
+		if i >= 64 {
+			break
+		}
+		if release, ok := AcquireLent(f); ok {
+			mask |= 1 << i
+			holds = append(holds, release)
+		}
+	}
+	if holds == nil {
+		return msg
+	}
+	kept := *msg
+	kept.Lend(mask, func() {
+		for _, release := range holds {
+			release()
+		}
+	})
+	return &kept
 }
 
 // ownFrames replaces the data frames of msg that lie in lent memory by

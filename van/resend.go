@@ -16,6 +16,9 @@ type resendDriver struct {
 }
 
 func newResendDriver(v *Van, cfg control.ResendConfig) *resendDriver {
+	// A kept message may hold lent memory (holdFrames): give it back once
+	// the message is no longer kept.
+	cfg.Forget = func(m *message.Message) { m.Release() }
 	d := &resendDriver{v: v, r: control.NewResender(cfg)}
 	d.stopTick = ticker(v.clock, d.r.Timeout()/4, d.check)
 	return d
@@ -39,6 +42,7 @@ func (d *resendDriver) check() {
 		err := d.r.FailError(m)
 		d.v.log.Warn().Err(err).Str("msg", m.String()).Msg("giving up on a message")
 		d.v.handler.HandleSendFailure(m, err)
+		m.Release()
 	}
 }
 
@@ -71,4 +75,7 @@ func (d *resendDriver) drain(limit time.Duration, stop <-chan struct{}) {
 	}
 }
 
-func (d *resendDriver) close() { d.stopTick() }
+func (d *resendDriver) close() {
+	d.stopTick()
+	d.r.ForgetAll()
+}

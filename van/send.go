@@ -18,8 +18,7 @@ func (v *Van) Send(msg *message.Message) (int, error) {
 	}
 	r := v.res.Load()
 	if r != nil {
-		ownFrames(msg) // kept until acknowledged
-		r.r.Outgoing(msg, v.MyNode().ID, v.clock.Now())
+		r.r.Outgoing(keepable(msg), v.MyNode().ID, v.clock.Now())
 	}
 	n, err := v.send(v.ctx, msg, true)
 	switch {

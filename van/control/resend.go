@@ -65,6 +65,12 @@ type ResendConfig struct {
 	// MaxRetry, when positive, also gives a message up once it has been
 	// resent this many times and is due again (PS_RESEND_MAX_RETRY).
 	MaxRetry int
+	// Forget, if set, is called (without the resender's lock) with every
+	// message handed to Outgoing that the resender does not keep, or stops
+	// keeping: acknowledged, answered, dropped (DropTo) or at ForgetAll;
+	// not those Due returns as failed, which are the caller's. The van
+	// gives back the memory a kept message held with it.
+	Forget func(*message.Message)
 }
 
 // Resender is the bookkeeping of PS_RESEND: it keeps every message sent
@@ -102,6 +108,44 @@ type Resender struct {
 	unacked int // entries of sendBuf not acknowledged
 	lines   map[int32]*line
 	seen    sigRing
+
+	forgotten []*message.Message // for cfg.Forget once the lock is released
+}
+
+// dropLocked stops keeping p (sig's entry of sendBuf).
+func (r *Resender) dropLocked(sig uint64, p *Pending) {
+	delete(r.sendBuf, sig)
+	if r.cfg.Forget != nil {
+		r.forgotten = append(r.forgotten, p.Msg)
+	}
+}
+
+// unlock releases the lock, then tells cfg.Forget what was dropped.
+func (r *Resender) unlock() {
+	f := r.forgotten
+	r.forgotten = nil
+	r.mu.Unlock()
+	for _, m := range f {
+		r.cfg.Forget(m)
+	}
+}
+
+// forget tells cfg.Forget, if set, about m.
+func (r *Resender) forget(m *message.Message) {
+	if r.cfg.Forget != nil {
+		r.cfg.Forget(m)
+	}
+}
+
+// ForgetAll stops keeping every message (the van stops).
+func (r *Resender) ForgetAll() {
+	r.mu.Lock()
+	for sig, p := range r.sendBuf {
+		r.dropLocked(sig, p)
+	}
+	r.unacked = 0
+	clear(r.lines)
+	r.unlock()
 }
 
 // maxAwaiting bounds the acknowledged requests kept for their responses.
@@ -240,6 +284,7 @@ func (r *Resender) lineTo(id int32) *line {
 // copy.
 func (r *Resender) Outgoing(msg *message.Message, myID int32, now time.Time) {
 	if msg.Meta.Control.Cmd == message.CmdAck || msg.Meta.Control.Cmd == message.CmdTerminate || msg.Meta.Timestamp == empty {
+		r.forget(msg)
 		return
 	}
 	sig := MsgSig(msg.Meta.AppID, myID, msg.Meta.Recver, msg.Meta.Timestamp, msg.Meta.Request)
@@ -247,18 +292,23 @@ func (r *Resender) Outgoing(msg *message.Message, myID int32, now time.Time) {
 	for _, f := range msg.Data {
 		size += len(f)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.sendBuf[sig]; ok {
-		return
-	}
 	if !msg.ZeroCopy {
 		cp := *msg
+		cp.Lend(0, nil) // the copy's frames are its own
 		cp.Data = make([][]byte, len(msg.Data))
 		for i, f := range msg.Data {
 			cp.Data[i] = slices.Clone(f)
 		}
+		r.forget(msg)
 		msg = &cp
+	}
+	r.mu.Lock()
+	defer r.unlock()
+	if p, ok := r.sendBuf[sig]; ok {
+		if p.Msg != msg {
+			r.forgotten = append(r.forgotten, msg)
+		}
+		return
 	}
 	p := &Pending{Msg: msg, sig: sig, size: size, first: now}
 	p.tx = &transmission{p: p}
@@ -277,7 +327,7 @@ func (r *Resender) Incoming(msg *message.Message, now time.Time) (ack *message.M
 	case message.CmdAck:
 		r.mu.Lock()
 		r.ackLocked(msg.Meta.Control.MsgSig, now)
-		r.mu.Unlock()
+		r.unlock()
 		return nil, true
 	}
 	if msg.Meta.Sender == empty || msg.Meta.Timestamp == empty {
@@ -295,10 +345,10 @@ func (r *Resender) Incoming(msg *message.Message, now time.Time) (ack *message.M
 				r.unacked--
 				r.leaveLineLocked(p, now)
 			}
-			delete(r.sendBuf, req)
+			r.dropLocked(req, p)
 		}
 	}
-	r.mu.Unlock()
+	r.unlock()
 	ack = message.New()
 	ack.Meta.Recver = msg.Meta.Sender
 	ack.Meta.Control.Cmd = message.CmdAck
@@ -333,7 +383,7 @@ func (r *Resender) ackLocked(sig uint64, now time.Time) {
 	r.unacked--
 	r.leaveLineLocked(p, now)
 	if !awaitsResponse(p.Msg) || len(r.sendBuf)-r.unacked > maxAwaiting {
-		delete(r.sendBuf, sig)
+		r.dropLocked(sig, p)
 		return
 	}
 	p.acked = true
@@ -417,13 +467,13 @@ func (r *Resender) ForgetSender(id int32) {
 // dead: its replacement gets what it needs afresh).
 func (r *Resender) DropTo(id int32) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.unlock()
 	for sig, p := range r.sendBuf {
 		if p.Msg.Meta.Recver == id {
 			if !p.acked {
 				r.unacked--
 			}
-			delete(r.sendBuf, sig)
+			r.dropLocked(sig, p)
 		}
 	}
 	delete(r.lines, id)

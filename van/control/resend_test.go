@@ -305,3 +305,71 @@ func TestResenderResendsWhatABrokenConnectionCarried(t *testing.T) {
 		t.Errorf("resent %v on a live connection within its allowance", rs)
 	}
 }
+
+// TestResenderForgets checks that Forget hears of every message handed to
+// Outgoing once the resender no longer keeps it, and of none it keeps or
+// gives up on.
+func TestResenderForgets(t *testing.T) {
+	var forgotten []*message.Message
+	r := NewResender(ResendConfig{Timeout: time.Second, GiveUp: 10 * time.Second,
+		Forget: func(m *message.Message) { forgotten = append(forgotten, m) }})
+	t0 := time.Unix(0, 0)
+	want := func(what string, ms ...*message.Message) {
+		t.Helper()
+		if !slices.Equal(forgotten, ms) {
+			t.Fatalf("%s: forgotten %v, want %v", what, forgotten, ms)
+		}
+		forgotten = nil
+	}
+	// A response (no response awaited): forgotten at its ACK.
+	resp := message.New()
+	resp.Meta.AppID, resp.Meta.Timestamp, resp.Meta.Recver, resp.ZeroCopy = 0, 1, 9, true
+	r.Outgoing(resp, 8, t0)
+	want("kept response")
+	ack := message.New()
+	ack.Meta.Control.Cmd, ack.Meta.Control.MsgSig = message.CmdAck, MsgSig(0, 8, 9, 1, false)
+	r.Incoming(ack, t0)
+	want("acknowledged response", resp)
+	// A request: kept past its ACK, forgotten at its response.
+	rq := req(2, 10)
+	r.Outgoing(rq, 9, t0)
+	r.Incoming(ackOf(2), t0)
+	want("acknowledged request")
+	answer := message.New()
+	answer.Meta.AppID, answer.Meta.Timestamp, answer.Meta.Sender, answer.Meta.Recver = 0, 2, 8, 9
+	r.Incoming(answer, t0)
+	want("answered request", rq)
+	// Sent twice: the second is not kept.
+	a, b := req(3, 10), req(3, 10)
+	r.Outgoing(a, 9, t0)
+	r.Outgoing(b, 9, t0)
+	want("duplicate", b)
+	// An ACK is never kept; a copied message is kept as a copy.
+	r.Outgoing(ackOf(4), 9, t0)
+	if len(forgotten) != 1 {
+		t.Fatalf("ACK: forgotten %v", forgotten)
+	}
+	forgotten = nil
+	c := req(5, 10)
+	c.ZeroCopy = false
+	r.Outgoing(c, 9, t0)
+	want("copied", c)
+	// Dropped for a dead node, at ForgetAll, but not when given up on.
+	d := req(6, 10)
+	d.Meta.Recver = 7
+	r.Outgoing(d, 9, t0)
+	r.DropTo(7)
+	want("dropped", d)
+	_, failed := r.Due(t0.Add(time.Minute))
+	if len(failed) != 2 { // timestamps 3 and 5
+		t.Fatalf("%d given up on, want 2", len(failed))
+	}
+	want("given up")
+	e := req(7, 10)
+	r.Outgoing(e, 9, t0)
+	r.ForgetAll()
+	want("ForgetAll", e)
+	if r.Len() != 0 {
+		t.Fatalf("%d kept after ForgetAll", r.Len())
+	}
+}
