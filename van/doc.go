@@ -26,4 +26,11 @@
 // sends wait for room in a slow peer's queue only until the job fails or
 // the van stops (send.go). Malformed input from the network is logged and
 // dropped.
+//
+// Large received frames may be lent rather than copied (lend.go): a
+// transport that implements Lender hands over views of its own buffers,
+// the van passes them on to customers that take lent messages (a KVServer
+// with LendRequests, a KVWorker's pull answers) and copies them for all
+// others, and a lent frame that is sent on holds its buffer until the
+// transport, or the resender, is done with it.
 package van
