@@ -155,9 +155,13 @@ func (v *Van) onConnection(id int, up bool) {
 	}
 	if !up {
 		v.ctlMu.Lock()
-		over := v.core.PassedFinalBarrier()
+		over, ending := v.core.PassedFinalBarrier(), v.core.InFinalBarrier()
 		v.ctlMu.Unlock()
-		if !over { // past the final barrier, connections close as nodes exit
+		switch {
+		case over: // past the final barrier, connections close as nodes exit
+		case ending: // a peer released from the final barrier first may exit
+			v.log.Info().Str("node", message.DescribeID(id)).Msg("connection closed during the final barrier")
+		default:
 			v.log.Warn().Str("node", message.DescribeID(id)).Msg("connection lost")
 		}
 	}

@@ -71,6 +71,11 @@ func (c *Core) ConnectedMembers() []int {
 	return ids
 }
 
+// InFinalBarrier reports whether the node is finalizing (Finalizing) and
+// its final barrier is not released yet: a peer released first may exit
+// meanwhile.
+func (c *Core) InFinalBarrier() bool { return c.finalizing }
+
 // PassedFinalBarrier reports whether the node's final barrier was released:
 // every node of the job got to its Finalize, so whatever this node sent
 // before has served its purpose.

@@ -737,8 +737,16 @@ func TestConnectedMembersAfterFinalBarrier(t *testing.T) {
 	s.startAll()
 	for _, n := range s.nodes {
 		n.core.Finalizing()
+		if !n.core.InFinalBarrier() || n.core.PassedFinalBarrier() {
+			t.Fatalf("before its release: in the final barrier %v, passed it %v", n.core.InFinalBarrier(), n.core.PassedFinalBarrier())
+		}
 	}
 	s.barrier(message.AllGroup, "scheduler", "server0", "worker0", "worker1")
+	for _, n := range s.nodes {
+		if n.core.InFinalBarrier() || !n.core.PassedFinalBarrier() {
+			t.Fatalf("after its release: in the final barrier %v, passed it %v", n.core.InFinalBarrier(), n.core.PassedFinalBarrier())
+		}
+	}
 	sched := s.node("scheduler")
 	if got := sched.core.ConnectedMembers(); !slices.Equal(got, []int{8, 9, 11}) {
 		t.Fatalf("connected after the final barrier: %v, want [8 9 11]", got)
