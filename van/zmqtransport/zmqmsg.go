@@ -18,6 +18,7 @@ import (
 
 	zmq "github.com/pebbe/zmq4"
 
+	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/van"
 )
 
@@ -299,32 +300,20 @@ func oversized(received [][]byte, frames int, size int64) error {
 	return fmt.Errorf("%w: %d frames, %d bytes from %s", van.ErrOversized, frames, size, from)
 }
 
-// copyChunk bounds each copy of a large frame. A copy is one memmove, which
-// cannot be preempted: a collection that starts meanwhile spins, signalling
-// the thread again and again, until it ends, and a memmove into fresh pages
-// of a large frame takes milliseconds (page faults). The runtime clears
-// memory in chunks of the same size for the same reason.
-const copyChunk = 256 << 10
+// oneCopyMax is the largest frame copied with one memmove.
+const oneCopyMax = 256 << 10
 
-// copyFrame copies n bytes of C memory into Go memory. Small frames are
-// copied in one go into memory that is not zeroed first; large ones chunk by
-// chunk into a slice from make (which clears only recycled memory, itself
-// in chunks). In a cold test_kv_app_benchmark (1e7 keys) this took the push
-// from about 320 to 260 ms and the pull from about 720 to 630 ms (medians
-// of 6 runs).
+// copyFrame copies n bytes of C memory into Go memory: a small frame in one
+// go into memory that is not zeroed first, a large one with message.Clone
+// (chunk by chunk, yielding between chunks, so that a collection never
+// waits for one long copy into fresh pages). In a cold
+// test_kv_app_benchmark (1e7 keys) chunking took the push from about 320 to
+// 260 ms and the pull from about 720 to 630 ms (medians of 6 runs).
 func copyFrame(p unsafe.Pointer, n int) []byte {
-	if n <= copyChunk {
+	if n <= oneCopyMax {
 		return C.GoBytes(p, C.int(n))
 	}
-	src := unsafe.Slice((*byte)(p), n)
-	b := make([]byte, n)
-	for off := 0; off < n; off += copyChunk {
-		copy(b[off:], src[off:min(off+copyChunk, n)])
-		// A collection that wants this goroutine stopped cannot stop it
-		// inside the copy, only at a call: let it here.
-		runtime.Gosched()
-	}
-	return b
+	return message.Clone(unsafe.Slice((*byte)(p), n))
 }
 
 // close frees the reader's C memory.
