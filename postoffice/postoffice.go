@@ -485,26 +485,32 @@ func (h *handler) HandleData(msg *message.Message) {
 	key := [2]int{int(msg.Meta.AppID), cid}
 	p.mu.Lock()
 	c := p.customers[key]
+	p.mu.Unlock()
 	if c == nil || !c.TakesLent() {
-		msg.Own() // kept, or for a customer that copies nothing itself
+		// Kept, or for a customer that copies nothing itself. Outside the
+		// lock: copying a large frame takes a while.
+		msg.Own()
 	}
 	if c == nil {
-		size := dataBytes(msg)
-		if p.npending >= maxPending || p.pendingB+size > maxPendingBytes {
+		p.mu.Lock()
+		if c = p.customers[key]; c == nil { // still missing: hold it
+			size := dataBytes(msg)
+			if p.npending >= maxPending || p.pendingB+size > maxPendingBytes {
+				p.mu.Unlock()
+				p.dropLog.Warn().Str("from", message.DescribeID(int(msg.Meta.Sender))).Str("msg", msg.String()).
+					Int("held", maxPending).Int("held_bytes", maxPendingBytes).
+					Msg("dropping a message for a customer that does not exist: too much is held for missing customers already")
+				return
+			}
+			p.pending[key] = append(p.pending[key], msg)
+			p.npending++
+			p.pendingB += size
 			p.mu.Unlock()
-			p.dropLog.Warn().Str("from", message.DescribeID(int(msg.Meta.Sender))).Str("msg", msg.String()).
-				Int("held", maxPending).Int("held_bytes", maxPendingBytes).
-				Msg("dropping a message for a customer that does not exist: too much is held for missing customers already")
+			p.log.Debug().Int("app", key[0]).Int("customer", key[1]).Msg("holding a message until its customer exists")
 			return
 		}
-		p.pending[key] = append(p.pending[key], msg)
-		p.npending++
-		p.pendingB += size
 		p.mu.Unlock()
-		p.log.Debug().Int("app", key[0]).Int("customer", key[1]).Msg("holding a message until its customer exists")
-		return
 	}
-	p.mu.Unlock()
 	if !c.Accept(msg) {
 		msg.Release()
 		p.log.Warn().Str("msg", msg.String()).Msg("dropping a message for a stopped customer")
