@@ -169,9 +169,7 @@ func writePart(mdir string, p *partition) error {
 			present[i/8] |= 1 << (i % 8)
 		}
 	}
-	return writeAtomic(filepath.Join(mdir, partFileName(p.meta.ID)), func(w io.Writer) error {
-		h := crc32.New(crcTable)
-		bw := bufio.NewWriterSize(io.MultiWriter(w, h), 1<<20)
+	return writeChecked(filepath.Join(mdir, partFileName(p.meta.ID)), func(bw *bufio.Writer) error {
 		hdr := make([]byte, 0, partHeaderSize+len(present))
 		hdr = append(hdr, partMagic2...)
 		for _, v := range []int64{int64(p.meta.RowStart), int64(p.meta.RowEnd), p.meta.ColStart, p.meta.ColEnd} {
@@ -196,6 +194,19 @@ func writePart(mdir string, p *partition) error {
 				return err
 			}
 		}
+		return nil
+	})
+}
+
+// writeChecked writes a part file at path atomically: what body writes to
+// bw, then the CRC-32 of it.
+func writeChecked(path string, body func(bw *bufio.Writer) error) error {
+	return writeAtomic(path, func(w io.Writer) error {
+		h := crc32.New(crcTable)
+		bw := bufio.NewWriterSize(io.MultiWriter(w, h), 1<<20)
+		if err := body(bw); err != nil {
+			return err
+		}
 		if err := bw.Flush(); err != nil {
 			return err
 		}
@@ -207,9 +218,7 @@ func writePart(mdir string, p *partition) error {
 // writeSparsePart writes a sparse partition's part file: its entries,
 // sorted by column.
 func writeSparsePart(mdir string, p *partition) error {
-	return writeAtomic(filepath.Join(mdir, partFileName(p.meta.ID)), func(w io.Writer) error {
-		h := crc32.New(crcTable)
-		bw := bufio.NewWriterSize(io.MultiWriter(w, h), 1<<20)
+	return writeChecked(filepath.Join(mdir, partFileName(p.meta.ID)), func(bw *bufio.Writer) error {
 		b := make([]byte, 0, partHeaderSize+8*len(p.srows))
 		b = append(b, sparsePartMagic...)
 		for _, v := range []int64{int64(p.meta.RowStart), int64(p.meta.RowEnd), int64(p.meta.ColBlock), int64(p.meta.NumColBlocks)} {
@@ -237,11 +246,7 @@ func writeSparsePart(mdir string, p *partition) error {
 				return err
 			}
 		}
-		if err := bw.Flush(); err != nil {
-			return err
-		}
-		_, err := w.Write(binary.LittleEndian.AppendUint32(nil, h.Sum32()))
-		return err
+		return nil
 	})
 }
 
