@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -13,81 +12,18 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/gopslite/pslite/internal/psfmodel"
 	"github.com/gopslite/pslite/internal/testcluster"
 	"github.com/gopslite/pslite/psf"
 )
 
 // srow is the model of a sparse row: its entries that are not +0.
-type srow map[int64]float64
-
-func (s srow) get(k int64) float64 { return s[k] }
-
-// set stores v at k, dropping +0 as the servers do.
-func (s srow) set(k int64, v float64) {
-	if math.Float64bits(v) == 0 {
-		delete(s, k)
-	} else {
-		s[k] = v
-	}
-}
-
-func (s srow) clone() srow { return maps.Clone(s) }
-
-// vector returns the row's entries sorted by column.
-func (s srow) vector() psf.SparseVector { return psf.SparseVectorOf(s) }
-
-// values returns the row's values with one implicit zero: a sparse row
-// always has columns not stored.
-func (s srow) values() []float64 {
-	out := []float64{0}
-	for _, v := range s {
-		out = append(out, v)
-	}
-	return out
-}
-
-// union returns the columns stored in any of rows.
-func union(rows ...srow) []int64 {
-	seen := map[int64]bool{}
-	for _, r := range rows {
-		for k := range r {
-			seen[k] = true
-		}
-	}
-	out := make([]int64, 0, len(seen))
-	for k := range seen {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
+type srow = psfmodel.Row
 
 // sparseKeys returns n distinct ids drawn as ids come: small, negative,
 // clustered far away, hashed over all int64, and the extremes.
 func sparseKeys(r *rand.Rand, n int) []int64 {
-	seen := map[int64]bool{}
-	var out []int64
-	extremes := []int64{0, math.MinInt64, math.MaxInt64, -1, 1}
-	for len(out) < n {
-		var k int64
-		switch r.IntN(5) {
-		case 0:
-			k = int64(r.IntN(200))
-		case 1:
-			k = -int64(r.IntN(200))
-		case 2:
-			k = 1<<62 + int64(r.IntN(5000))
-		case 3:
-			k = extremes[r.IntN(len(extremes))]
-		default:
-			k = int64(r.Uint64())
-		}
-		if !seen[k] {
-			seen[k] = true
-			out = append(out, k)
-		}
-	}
-	return out
+	return psfmodel.IDs(r, n, 200, 5000, []int64{0, math.MinInt64, math.MaxInt64, -1, 1})
 }
 
 // sparseData returns the model of a matrix's rows: row 0 mixed values,
@@ -111,7 +47,7 @@ func sparseData(seed uint64, rows int) []srow {
 			model[3][k] = -0.25 - r.Float64()
 		}
 		if i%2 == 0 {
-			model[4].set(k, float64(i%7-3)/2) // some of these are 0: not stored
+			model[4].Set(k, float64(i%7-3)/2) // some of these are 0: not stored
 		}
 	}
 	return model
@@ -127,7 +63,7 @@ func sparseSetup(t *testing.T, ctx context.Context, cl *psf.Client, meta psf.Mat
 	rows := make([]int, len(model))
 	vecs := make([]psf.SparseVector, len(model))
 	for i := range model {
-		rows[i], vecs[i] = i, model[i].vector()
+		rows[i], vecs[i] = i, model[i].Vector()
 	}
 	if err := m.UpdateSparseRows(ctx, rows, vecs); err != nil {
 		t.Fatal(err)
@@ -148,7 +84,7 @@ func checkSparse(t *testing.T, ctx context.Context, m *psf.Matrix, model []srow)
 		t.Fatal(err)
 	}
 	for i, want := range model {
-		checkVector(t, fmt.Sprintf("%s row %d", m.Name(), i), got[i], want.vector())
+		checkVector(t, fmt.Sprintf("%s row %d", m.Name(), i), got[i], want.Vector())
 	}
 }
 
@@ -191,7 +127,7 @@ func TestSparseAggregates(t *testing.T) {
 				t.Fatalf("meta %+v", mm)
 			}
 			for r := range model {
-				x := model[r].values()
+				x := model[r].Values()
 				var sum, asum, ssq float64
 				var nnz int64
 				for _, v := range x {
@@ -219,13 +155,13 @@ func TestSparseAggregates(t *testing.T) {
 				}
 				for r2 := range model {
 					var dot float64
-					for _, k := range union(model[r], model[r2]) {
-						dot += model[r].get(k) * model[r2].get(k)
+					for _, k := range psfmodel.Union(model[r], model[r2]) {
+						dot += model[r].Get(k) * model[r2].Get(k)
 					}
 					checkClose(t, name(fmt.Sprintf("Dot(.,%d)", r2)), get0(t, ctx, m, psf.Dot(r, r2)), dot)
 					eq := true
-					for _, k := range union(model[r], model[r2]) {
-						eq = eq && model[r].get(k) == model[r2].get(k)
+					for _, k := range psfmodel.Union(model[r], model[r2]) {
+						eq = eq && model[r].Get(k) == model[r2].Get(k)
 					}
 					if got := get0(t, ctx, m, psf.Equal(r, r2)); got != eq {
 						t.Errorf("%s = %v, want %v", name(fmt.Sprintf("Equal(.,%d)", r2)), got, eq)
@@ -306,11 +242,11 @@ func TestSparseElementWise(t *testing.T) {
 			for _, from := range []int{0, 1, 2, 3, 4} {
 				for _, to := range []int{5, from} { // into another row, and in place
 					f := u.make(from, to)
-					src := model[from].clone()
+					src := model[from].Clone()
 					update(f)
 					next := srow{}
 					for k, v := range src {
-						next.set(k, u.local(v))
+						next.Set(k, u.local(v))
 					}
 					model[to] = next
 					checkSparse(t, ctx, m, model)
@@ -321,18 +257,18 @@ func TestSparseElementWise(t *testing.T) {
 			}
 			model = sparseData(uint64(10+li), meta.Rows)
 			if err := m.UpdateSparseRows(ctx, []int{0, 1, 2, 3, 4, 5}, []psf.SparseVector{
-				model[0].vector(), model[1].vector(), model[2].vector(), model[3].vector(), model[4].vector(), model[5].vector()}); err != nil {
+				model[0].Vector(), model[1].Vector(), model[2].Vector(), model[3].Vector(), model[4].Vector(), model[5].Vector()}); err != nil {
 				t.Fatal(err)
 			}
 		}
 		for _, b := range binary {
 			for _, args := range [][3]int{{0, 4, 6}, {0, 2, 0}, {3, 3, 7}, {1, 2, 7}, {4, 0, 4}} {
 				f := b.make(args[0], args[1], args[2])
-				x, y := model[args[0]].clone(), model[args[1]].clone()
+				x, y := model[args[0]].Clone(), model[args[1]].Clone()
 				update(f)
 				next := srow{}
-				for _, k := range union(x, y) {
-					next.set(k, b.local(x.get(k), y.get(k)))
+				for _, k := range psfmodel.Union(x, y) {
+					next.Set(k, b.local(x.Get(k), y.Get(k)))
 				}
 				model[args[2]] = next
 				checkSparse(t, ctx, m, model)
@@ -340,17 +276,17 @@ func TestSparseElementWise(t *testing.T) {
 		}
 		update(psf.Axpy(-1.5, 0, 2))
 		for k, v := range model[0] {
-			model[2].set(k, model[2].get(k)+-1.5*v)
+			model[2].Set(k, model[2].Get(k)+-1.5*v)
 		}
 		update(psf.Axpy(2, 2, 2))
 		for k, v := range model[2] {
-			model[2].set(k, v+2*v)
+			model[2].Set(k, v+2*v)
 		}
 		update(psf.Axpy(-1, 2, 2)) // y - y: every entry becomes 0 and goes
 		model[2] = srow{}
 		update(psf.Scale(0, 0.25))
 		for k, v := range model[0] {
-			model[0].set(k, v*0.25)
+			model[0].Set(k, v*0.25)
 		}
 		update(psf.Fill(4, 0))
 		model[4] = srow{}
@@ -451,7 +387,7 @@ func TestSparseRowsAndArrays(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, c := range cols {
-			model[1].set(c, model[1].get(c)+vals[i])
+			model[1].Set(c, model[1].Get(c)+vals[i])
 		}
 		// Increments that cancel remove the entries.
 		neg := mapRow(vals, func(v float64) float64 { return -v })
@@ -465,19 +401,19 @@ func TestSparseRowsAndArrays(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, c := range cols {
-			model[3].set(c, vals[i])
+			model[3].Set(c, vals[i])
 		}
 		if err := m.Update(ctx, psf.MaxAt(3, cols[:20], neg[:20])); err != nil {
 			t.Fatal(err)
 		}
 		for i, c := range cols[:20] {
-			model[3].set(c, math.Max(model[3].get(c), neg[i]))
+			model[3].Set(c, math.Max(model[3].Get(c), neg[i]))
 		}
 		if err := m.Update(ctx, psf.MinAt(1, cols[10:30], neg[10:30])); err != nil {
 			t.Fatal(err)
 		}
 		for i, c := range cols[10:30] {
-			model[1].set(c, math.Min(model[1].get(c), neg[10+i]))
+			model[1].Set(c, math.Min(model[1].Get(c), neg[10+i]))
 		}
 		checkSparse(t, ctx, m, model)
 		if n := get0(t, ctx, m, psf.Size(2)); n != 0 {
@@ -502,7 +438,7 @@ func TestSparseRowsAndArrays(t *testing.T) {
 		}
 		for i, row := range rows {
 			for k, c := range vecs[i].Indices {
-				model[row].set(c, model[row].get(c)+vecs[i].Values[k])
+				model[row].Set(c, model[row].Get(c)+vecs[i].Values[k])
 			}
 		}
 		if err := m.UpdateRowsAt(ctx, []int{1, 5}, vecs[:2]); err != nil {
@@ -510,7 +446,7 @@ func TestSparseRowsAndArrays(t *testing.T) {
 		}
 		for i, row := range []int{1, 5} {
 			for k, c := range vecs[i].Indices {
-				model[row].set(c, vecs[i].Values[k])
+				model[row].Set(c, vecs[i].Values[k])
 			}
 		}
 		if err := m.UpdateSparseRow(ctx, 6, vecs[3]); err != nil {
@@ -521,7 +457,7 @@ func TestSparseRowsAndArrays(t *testing.T) {
 		}
 		model[6], model[3] = srow{}, srow{}
 		for k, c := range vecs[2].Indices {
-			model[6].set(c, vecs[2].Values[k])
+			model[6].Set(c, vecs[2].Values[k])
 		}
 		checkSparse(t, ctx, m, model)
 
@@ -530,21 +466,21 @@ func TestSparseRowsAndArrays(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkVector(t, "GetSparseRow", got, model[4].vector())
+		checkVector(t, "GetSparseRow", got, model[4].Vector())
 		ask := append(slices.Clone(cols), 12345, -98765) // and columns never written
 		at, err := m.GetAt64(ctx, 1, ask)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i, c := range ask {
-			checkClose(t, fmt.Sprintf("GetAt64 col %d", c), at[i], model[1].get(c))
+			checkClose(t, fmt.Sprintf("GetAt64 col %d", c), at[i], model[1].Get(c))
 		}
 		icols := []int{5, 0, 3, 5, -4}
 		if at, err = m.GetAt(ctx, 1, icols); err != nil {
 			t.Fatal(err)
 		}
 		for i, c := range icols {
-			checkClose(t, fmt.Sprintf("GetAt col %d", c), at[i], model[1].get(int64(c)))
+			checkClose(t, fmt.Sprintf("GetAt col %d", c), at[i], model[1].Get(int64(c)))
 		}
 		qrows := []int{7, 1, 4, 1}
 		all, err := m.GetRowsAt64(ctx, qrows, ask)
@@ -553,7 +489,7 @@ func TestSparseRowsAndArrays(t *testing.T) {
 		}
 		for i, row := range qrows {
 			for j, c := range ask {
-				checkClose(t, fmt.Sprintf("GetRowsAt64 row %d col %d", row, c), all[i][j], model[row].get(c))
+				checkClose(t, fmt.Sprintf("GetRowsAt64 row %d col %d", row, c), all[i][j], model[row].Get(c))
 			}
 		}
 		if all, err = m.GetRowsAt(ctx, qrows, icols); err != nil {
@@ -561,7 +497,7 @@ func TestSparseRowsAndArrays(t *testing.T) {
 		}
 		for i, row := range qrows {
 			for j, c := range icols {
-				checkClose(t, fmt.Sprintf("GetRowsAt row %d col %d", row, c), all[i][j], model[row].get(int64(c)))
+				checkClose(t, fmt.Sprintf("GetRowsAt row %d col %d", row, c), all[i][j], model[row].Get(int64(c)))
 			}
 		}
 		seen := 0
@@ -570,7 +506,7 @@ func TestSparseRowsAndArrays(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i, row := range b.Rows {
-				checkVector(t, fmt.Sprintf("flow row %d", row), b.Values[i], model[row].vector())
+				checkVector(t, fmt.Sprintf("flow row %d", row), b.Values[i], model[row].Vector())
 				seen++
 			}
 		}
@@ -587,7 +523,7 @@ func TestSparseRowsAndArrays(t *testing.T) {
 			t.Fatal(err)
 		}
 		for k, c := range vecs[0].Indices {
-			model[0].set(c, model[0].get(c)+vecs[0].Values[k])
+			model[0].Set(c, model[0].Get(c)+vecs[0].Values[k])
 		}
 		fr := m.GetRowsAt64Async([]int{0}, vecs[0].Indices)
 		rs, err := fr.Wait(ctx)
@@ -595,7 +531,7 @@ func TestSparseRowsAndArrays(t *testing.T) {
 			t.Fatal(err)
 		}
 		for j, c := range vecs[0].Indices {
-			checkClose(t, "GetRowsAt64Async", rs[0][j], model[0].get(c))
+			checkClose(t, "GetRowsAt64Async", rs[0][j], model[0].Get(c))
 		}
 		checkSparse(t, ctx, m, model)
 
@@ -778,15 +714,15 @@ func TestSparseUserKernels(t *testing.T) {
 	zip := func(to int, f func(xs ...float64) float64, from ...int) {
 		rows := make([]srow, len(from))
 		for i, r := range from {
-			rows[i] = model[r].clone()
+			rows[i] = model[r].Clone()
 		}
 		next := srow{}
-		for _, k := range union(rows...) {
+		for _, k := range psfmodel.Union(rows...) {
 			xs := make([]float64, len(rows))
 			for i, r := range rows {
-				xs[i] = r.get(k)
+				xs[i] = r.Get(k)
 			}
-			next.set(k, f(xs...))
+			next.Set(k, f(xs...))
 		}
 		model[to] = next
 	}
@@ -812,7 +748,7 @@ func TestSparseUserKernels(t *testing.T) {
 	if err := m.Update(ctx, psf.Map(kSparseInc, 0, 0, 7)); err != nil {
 		t.Errorf("a Map with f(0) = 0: %v", err)
 	}
-	model[7] = model[0].clone()
+	model[7] = model[0].Clone()
 	// A panic half-way changes nothing in its partition.
 	if err := m.Update(ctx, psf.Zip2Map(kSparsePanic, 1, 2, 3, 2)); err == nil {
 		t.Error("a panicking kernel succeeded")
@@ -850,10 +786,10 @@ func TestSparseUserKernels(t *testing.T) {
 	update(double(false))
 	for _, r := range []int{0, 1} {
 		for c, v := range model[r] {
-			model[r].set(c, 2*v)
+			model[r].Set(c, 2*v)
 		}
-		model[r].set(42, 7)
-		model[r].set(1, 0)
+		model[r].Set(42, 7)
+		model[r].Set(1, 0)
 	}
 	checkSparse(t, ctx, m, model)
 	if _, err := psf.Get(ctx, m, psf.NewGet(kDenseRowOnSparse,
@@ -935,7 +871,7 @@ func TestSparseSaveLoad(t *testing.T) {
 	}
 	saved := make([]srow, len(model))
 	for i := range model {
-		saved[i] = model[i].clone()
+		saved[i] = model[i].Clone()
 	}
 	if err := m.IncrementAt(ctx, 0, []int64{7, -7}, []float64{1, 1}); err != nil {
 		t.Fatal(err)
@@ -964,11 +900,11 @@ func TestSparseSaveLoad(t *testing.T) {
 	rank, mm := a.c.Servers[1].MyRank(), m.Meta()
 	want := make([]srow, len(saved))
 	for i := range saved {
-		want[i] = saved[i].clone()
+		want[i] = saved[i].Clone()
 	}
 	for c, v := range saved[0] {
 		if mm.PartitionAt(0, c).Server != rank {
-			want[0].set(c, 2*v)
+			want[0].Set(c, 2*v)
 		}
 	}
 	checkSparse(t, ctx, m, want)

@@ -4,45 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
 
+	"github.com/gopslite/pslite/internal/psfmodel"
 	"github.com/gopslite/pslite/ps"
 	"github.com/gopslite/pslite/psf"
 )
 
 // srow is the local copy of a sparse row: its entries that are not +0.
-type srow map[int64]float64
-
-func (s srow) set(k int64, v float64) {
-	if math.Float64bits(v) == 0 {
-		delete(s, k)
-	} else {
-		s[k] = v
-	}
-}
-
-func (s srow) clone() srow { return maps.Clone(s) }
-
-func (s srow) vector() psf.SparseVector { return psf.SparseVectorOf(s) }
-
-func unionOf(rows ...srow) []int64 {
-	seen := map[int64]bool{}
-	var out []int64
-	for _, r := range rows {
-		for k := range r {
-			if !seen[k] {
-				seen[k] = true
-				out = append(out, k)
-			}
-		}
-	}
-	slices.Sort(out)
-	return out
-}
+type srow = psfmodel.Row
 
 // smatrix is a sparse psf matrix and its local copy.
 type smatrix struct {
@@ -55,28 +28,7 @@ type smatrix struct {
 // ids returns n distinct column ids as they come: small, negative,
 // clustered near 2^62, hashed over all int64, and the extremes.
 func ids(r *rand.Rand, n int) []int64 {
-	seen := map[int64]bool{}
-	var out []int64
-	for len(out) < n {
-		var k int64
-		switch r.IntN(5) {
-		case 0:
-			k = int64(r.IntN(500))
-		case 1:
-			k = -int64(r.IntN(500))
-		case 2:
-			k = 1<<62 + int64(r.IntN(10_000))
-		case 3:
-			k = []int64{0, math.MinInt64, math.MaxInt64}[r.IntN(3)]
-		default:
-			k = int64(r.Uint64())
-		}
-		if !seen[k] {
-			seen[k] = true
-			out = append(out, k)
-		}
-	}
-	return out
+	return psfmodel.IDs(r, n, 500, 10_000, []int64{0, math.MinInt64, math.MaxInt64})
 }
 
 // verify compares every row, entry by entry, with the local copy.
@@ -88,7 +40,7 @@ func (x *smatrix) verify(what string) {
 	got, err := x.m.GetSparseRows(x.ctx, all)
 	check(err, what+": GetSparseRows")
 	for r := range all {
-		x.w.vector(fmt.Sprintf("%s: %s row %d", what, x.m.Name(), r), got[r], x.model[r].vector())
+		x.w.vector(fmt.Sprintf("%s: %s row %d", what, x.m.Name(), r), got[r], x.model[r].Vector())
 	}
 }
 
@@ -146,7 +98,7 @@ func (x *smatrix) fill(seed uint64) {
 	}
 	check(x.m.IncrementAt(x.ctx, 0, keys[:400], vals[:400]), "IncrementAt")
 	for i, k := range keys[:400] {
-		x.model[0].set(k, vals[i])
+		x.model[0].Set(k, vals[i])
 	}
 	v2, v3, v4 := srow{}, srow{}, srow{}
 	for i, k := range keys {
@@ -157,11 +109,11 @@ func (x *smatrix) fill(seed uint64) {
 			v3[k] = -0.5 - r.Float64()
 		}
 		if i%2 == 0 {
-			v4.set(k, float64(i%5-2)/2)
+			v4.Set(k, float64(i%5-2)/2)
 		}
 	}
-	check(x.m.UpdateSparseRows(x.ctx, []int{2, 4}, []psf.SparseVector{v2.vector(), v4.vector()}), "UpdateSparseRows")
-	vec := v3.vector()
+	check(x.m.UpdateSparseRows(x.ctx, []int{2, 4}, []psf.SparseVector{v2.Vector(), v4.Vector()}), "UpdateSparseRows")
+	vec := v3.Vector()
 	check(x.m.UpdateAt(x.ctx, 3, vec.Indices, vec.Values), "UpdateAt")
 	x.model[2], x.model[3], x.model[4] = v2, v3, v4
 	x.verify("sparse data")
@@ -209,7 +161,7 @@ func (x *smatrix) library() {
 		for r2 := 0; r2 < 5; r2++ {
 			var dot float64
 			eq := true
-			for _, k := range unionOf(md[r], md[r2]) {
+			for _, k := range psfmodel.Union(md[r], md[r2]) {
 				dot += md[r][k] * md[r2][k]
 				eq = eq && md[r][k] == md[r2][k]
 			}
@@ -244,11 +196,11 @@ func (x *smatrix) library() {
 	}
 	for _, u := range unary {
 		for _, from := range []int{0, 3, 4} {
-			src := md[from].clone()
+			src := md[from].Clone()
 			x.update(u.f(from, 5), func() {
 				md[5] = srow{}
 				for k, v := range src {
-					md[5].set(k, u.g(v))
+					md[5].Set(k, u.g(v))
 				}
 			})
 		}
@@ -265,11 +217,11 @@ func (x *smatrix) library() {
 	}
 	for _, b := range binary {
 		for _, out := range []int{7, 4} { // 7 is in another row block of the second layout
-			a, c := md[0].clone(), md[4].clone()
+			a, c := md[0].Clone(), md[4].Clone()
 			x.update(b.f(0, 4, out), func() {
 				md[out] = srow{}
-				for _, k := range unionOf(a, c) {
-					md[out].set(k, b.g(a[k], c[k]))
+				for _, k := range psfmodel.Union(a, c) {
+					md[out].Set(k, b.g(a[k], c[k]))
 				}
 			})
 		}
@@ -277,12 +229,12 @@ func (x *smatrix) library() {
 	}
 	x.update(psf.Axpy(-0.75, 0, 2), func() {
 		for k, v := range md[0] {
-			md[2].set(k, md[2][k]+-0.75*v)
+			md[2].Set(k, md[2][k]+-0.75*v)
 		}
 	})
 	x.update(psf.Scale(3, 2), func() {
 		for k, v := range md[3] {
-			md[3].set(k, 2*v)
+			md[3].Set(k, 2*v)
 		}
 	})
 	x.update(psf.Fill(7, 0), func() { md[7] = srow{} })
@@ -308,12 +260,12 @@ func (x *smatrix) arrays(seed uint64) {
 	check(m.IncrementRowsAt(ctx, rowsAt, vecs), "IncrementRowsAt")
 	for i, row := range rowsAt {
 		for j, k := range vecs[i].Indices {
-			md[row].set(k, md[row][k]+2*vecs[i].Values[j])
+			md[row].Set(k, md[row][k]+2*vecs[i].Values[j])
 		}
 	}
 	check(m.UpdateRowsAt(ctx, []int{8}, vecs[:1]), "UpdateRowsAt")
 	for j, k := range vecs[0].Indices {
-		md[8].set(k, vecs[0].Values[j])
+		md[8].Set(k, vecs[0].Values[j])
 	}
 	cols := append(slices.Clone(vecs[1].Indices[:30]), vecs[1].Indices[0], 77, -77)
 	vals := make([]float64, len(cols))
@@ -322,11 +274,11 @@ func (x *smatrix) arrays(seed uint64) {
 	}
 	check(m.Update(ctx, psf.MaxAt(6, cols, vals)), "MaxAt")
 	for i, k := range cols {
-		md[6].set(k, math.Max(md[6][k], vals[i]))
+		md[6].Set(k, math.Max(md[6][k], vals[i]))
 	}
 	check(m.Update(ctx, psf.MinAt(9, cols, vals)), "MinAt")
 	for i, k := range cols {
-		md[9].set(k, math.Min(md[9][k], vals[i]))
+		md[9].Set(k, math.Min(md[9][k], vals[i]))
 	}
 	x.verify("sparse arrays")
 
@@ -358,12 +310,12 @@ func (x *smatrix) arrays(seed uint64) {
 	}
 	v, err := m.GetSparseRowAsync(6).Wait(ctx)
 	check(err, "GetSparseRowAsync")
-	x.w.vector("GetSparseRowAsync", v, md[6].vector())
+	x.w.vector("GetSparseRowAsync", v, md[6].Vector())
 	seen := 0
 	for b, err := range m.GetSparseRowsFlow(ctx, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, 3) {
 		check(err, "GetSparseRowsFlow")
 		for i, row := range b.Rows {
-			x.w.vector(fmt.Sprintf("flow row %d", row), b.Values[i], md[row].vector())
+			x.w.vector(fmt.Sprintf("flow row %d", row), b.Values[i], md[row].Vector())
 			seen++
 		}
 	}
@@ -379,7 +331,7 @@ func (x *smatrix) arrays(seed uint64) {
 		check(h.Wait(ctx), "async IncrementRowsAt")
 	}
 	for j, k := range vecs[2].Indices {
-		md[5].set(k, md[5][k]+20*vecs[2].Values[j])
+		md[5].Set(k, md[5][k]+20*vecs[2].Values[j])
 	}
 	x.verify("async increments")
 }
@@ -387,43 +339,43 @@ func (x *smatrix) arrays(seed uint64) {
 func (x *smatrix) kernels() {
 	md := x.model
 	clipped := func(v float64) float64 { return min(max(v, -1), 2) }
-	src := md[0].clone()
+	src := md[0].Clone()
 	x.update(psf.Map(kClip, []float64{-1, 2}, 0, 5), func() {
 		md[5] = srow{}
 		for k, v := range src {
-			md[5].set(k, clipped(v))
+			md[5].Set(k, clipped(v))
 		}
 	})
-	a, b, c := md[0].clone(), md[2].clone(), md[4].clone()
+	a, b, c := md[0].Clone(), md[2].Clone(), md[4].Clone()
 	x.update(psf.Zip2Map(kHypot, struct{}{}, 0, 4, 6), func() {
 		md[6] = srow{}
-		for _, k := range unionOf(a, c) {
-			md[6].set(k, math.Hypot(a[k], c[k]))
+		for _, k := range psfmodel.Union(a, c) {
+			md[6].Set(k, math.Hypot(a[k], c[k]))
 		}
 	})
 	x.update(psf.Zip2Map(kMix, 3, 0, 4, 7), func() {
 		md[7] = srow{}
-		for _, k := range unionOf(a, c) {
+		for _, k := range psfmodel.Union(a, c) {
 			if k%3 == 0 {
-				md[7].set(k, a[k])
+				md[7].Set(k, a[k])
 			} else {
-				md[7].set(k, c[k])
+				md[7].Set(k, c[k])
 			}
 		}
 	})
 	x.update(psf.Zip3Map(kFma, struct{}{}, 0, 2, 4, 3), func() {
 		md[3] = srow{}
-		for _, k := range unionOf(a, b, c) {
-			md[3].set(k, math.FMA(a[k], b[k], c[k]))
+		for _, k := range psfmodel.Union(a, b, c) {
+			md[3].Set(k, math.FMA(a[k], b[k], c[k]))
 		}
 	})
 	x.update(psf.Zip3Map(kSelect, struct{}{}, 0, 2, 4, 8), func() {
 		md[8] = srow{}
-		for _, k := range unionOf(a, b, c) {
+		for _, k := range psfmodel.Union(a, b, c) {
 			if k%2 == 0 {
-				md[8].set(k, a[k]-c[k])
+				md[8].Set(k, a[k]-c[k])
 			} else {
-				md[8].set(k, b[k])
+				md[8].Set(k, b[k])
 			}
 		}
 	})
@@ -441,10 +393,10 @@ func (x *smatrix) refusals() {
 		err := x.m.Update(x.ctx, f)
 		if f.Name() == "test_psf.Ramp" {
 			check(err, "Ramp") // documented: computed at the entries of row 0
-			src := x.model[0].clone()
+			src := x.model[0].Clone()
 			x.model[5] = srow{}
 			for k, v := range src {
-				x.model[5].set(k, v+0.5*float64(k))
+				x.model[5].Set(k, v+0.5*float64(k))
 			}
 			continue
 		}
@@ -466,7 +418,7 @@ func (x *smatrix) store(dir string, id int64) {
 	snapshot := func() []srow {
 		s := make([]srow, len(x.model))
 		for i := range x.model {
-			s[i] = x.model[i].clone()
+			s[i] = x.model[i].Clone()
 		}
 		return s
 	}
