@@ -184,8 +184,16 @@ func ownFrames(msg *message.Message) {
 
 // recv receives the next message, lent when the transport lends: the
 // message's lent frames are then recorded, and msg.Release or msg.Own gives
-// them back.
-func (v *Van) recv() (ident []byte, frames [][]byte, mask uint64, release func(), err error) {
+// them back. Without wait (only with a Batcher) it returns ErrRecvTimeout
+// at once when no message waits.
+func (v *Van) recv(wait bool) (ident []byte, frames [][]byte, mask uint64, release func(), err error) {
+	if !wait {
+		ident, frames, mask, release, err = v.batcher.TryRecvLent()
+		if release != nil {
+			release = lend(frames, mask, release)
+		}
+		return ident, frames, mask, release, err
+	}
 	if l, ok := v.tr.(Lender); ok {
 		ident, frames, mask, release, err = l.RecvLent()
 		if release != nil {

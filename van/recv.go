@@ -39,7 +39,7 @@ func (v *Van) receive() bool {
 	}
 	for {
 		v.applyHandover()
-		ident, frames, lent, release, err := v.recv()
+		ident, frames, lent, release, err := v.next()
 		if err != nil {
 			if errors.Is(err, ErrRecvTimeout) {
 				if v.stopping.Load() {
@@ -108,10 +108,40 @@ func (v *Van) receive() bool {
 		}
 		switch v.handle(msg) {
 		case stopLoop:
+			v.flush()
 			return true
 		case handedOver:
 			return false
 		}
+	}
+}
+
+// maxBatch bounds the data messages the receive loop handles, holding
+// back what is sent to their senders, before it sends what it held.
+const maxBatch = 32
+
+// next receives the next message. While it holds back what is sent to the
+// senders of the messages it handled (see Batcher), it first looks whether
+// another message has arrived already, and handles that first; when none
+// has (or maxBatch have been handled), it sends what it held and then
+// waits for one. A loop taken over from a handler that runs long (see
+// watchHandlers) thus sends what the handler's goroutine held back.
+func (v *Van) next() (ident []byte, frames [][]byte, mask uint64, release func(), err error) {
+	if v.held > 0 && v.held < maxBatch {
+		ident, frames, mask, release, err = v.recv(false)
+		if !errors.Is(err, ErrRecvTimeout) {
+			return ident, frames, mask, release, err
+		}
+	}
+	v.flush()
+	return v.recv(true)
+}
+
+// flush sends what the receive loop held back.
+func (v *Van) flush() {
+	if v.batcher != nil && v.held > 0 {
+		v.held = 0
+		v.batcher.Flush()
 	}
 }
 
@@ -228,6 +258,12 @@ func (v *Van) dispatch(msg *message.Message) bool {
 		if _, ok := v.handler.(LendingHandler); !ok {
 			msg.Own()
 		}
+	}
+	if v.batcher != nil && msg.Meta.Sender != emptyID {
+		// What the handler (or anyone) sends to the sender now waits
+		// until the loop has handled what else has arrived.
+		v.batcher.Hold(int(msg.Meta.Sender))
+		v.held++
 	}
 	seq := v.inHandler.Add(1) // odd: in the handler
 	v.handler.HandleData(msg)

@@ -88,6 +88,27 @@ type Transport interface {
 	Close() error
 }
 
+// Batcher is implemented by transports that can hold back what is sent to
+// a peer and send it later, together: ZeroMQ then writes a run of small
+// messages out with one system call rather than one each, and the peer
+// reads them with one. The receive loop holds the sender of each data
+// message it handles, until nothing more has arrived (see receive):
+// responses to a run of requests, and requests sent in answer to a run of
+// responses, leave together.
+type Batcher interface {
+	// Hold makes sends to node id queue, in order, without being sent,
+	// until Flush (or until a number of them are queued). Sends from any
+	// goroutine queue behind the held ones, so the order of what one
+	// goroutine sends to a peer is kept.
+	Hold(id int)
+	// Flush sends what the held peers' queues hold, and stops holding
+	// them. It never waits.
+	Flush()
+	// TryRecvLent is Lender.RecvLent that returns ErrRecvTimeout at once
+	// when no message waits.
+	TryRecvLent() (identity []byte, frames [][]byte, lent uint64, release func(), err error)
+}
+
 // ConnectionReporter is implemented by transports that report the
 // connections they open going down (the peer's process exited or closed
 // the connection) and coming back up. The van's failure detection uses it

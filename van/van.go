@@ -174,6 +174,8 @@ type Van struct {
 	myNode atomic.Pointer[message.Node]
 
 	dropRate atomic.Int32       // percent of received messages to drop once ready
+	batcher  Batcher            // tr, when it is one; else nil
+	held     int                // data messages handled since the last flush; owned like rng
 	rng      *rand.Rand         // owned by the goroutine running the receive loop
 	early    []*message.Message // data received before the node was ready; owned like rng
 	downMu   sync.Mutex         // guards down
@@ -218,6 +220,7 @@ func New(cfg Config, tr Transport, h Handler, log zerolog.Logger) (*Van, error) 
 		down:     make(map[int]bool),
 		rng:      rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7)),
 	}
+	v.batcher, _ = tr.(Batcher)
 	_, connEvents := tr.(ConnectionReporter)
 	core, err := control.New(control.Config{
 		Role:              cfg.Role,

@@ -31,7 +31,7 @@ func (t *Transport) queued(id int) int {
 	}
 	p.qMu.Lock()
 	defer p.qMu.Unlock()
-	return len(p.q)
+	return p.n
 }
 
 // fill sends to node 1 until a Send would wait, and returns a channel that

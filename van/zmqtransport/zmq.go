@@ -114,6 +114,9 @@ type Transport struct {
 
 	guard *curveGuard // nil without CURVE
 
+	heldMu sync.Mutex // guards held
+	held   []*peer    // peers held by Hold and not flushed since
+
 	onConnection atomic.Pointer[func(id int, up bool)]
 }
 
@@ -121,6 +124,7 @@ var (
 	_ van.Transport          = (*Transport)(nil)
 	_ van.ConnectionReporter = (*Transport)(nil)
 	_ van.Lender             = (*Transport)(nil)
+	_ van.Batcher            = (*Transport)(nil)
 )
 
 // peer is the sending side for one node.
@@ -135,17 +139,16 @@ type peer struct {
 	// socket; Send and TrySend only try it, and queue when it is taken.
 	sockMu sync.Mutex
 
-	qMu     sync.Mutex // guards q, closing and room
-	q       []outMsg
+	qMu     sync.Mutex // guards q, n, spare, closing, held, waiters and room
+	q       []outMsg   // what waits to be sent, oldest first
+	n       int        // messages in q (a pack holds several)
+	spare   *sendPack  // a sent pack kept for reuse
 	closing bool
-	room    chan struct{} // closed and replaced when q shrinks or the peer closes
+	held    bool          // Hold: sends queue without waking the writer, until Flush
+	waiters int           // senders waiting for room
+	room    chan struct{} // closed and replaced when q shrinks (with waiters) or the peer closes
 	kick    chan struct{} // wakes the writer (capacity 1)
 	done    chan struct{} // closed when the writer has closed the socket
-}
-
-type outMsg struct {
-	frames [][]byte
-	shared bool
 }
 
 // pollEvery is how long the writer waits for room at a time before it
@@ -419,32 +422,13 @@ func (t *Transport) write(p *peer) {
 		<-p.kick
 		for {
 			p.sockMu.Lock()
-			p.qMu.Lock()
-			if p.closing {
-				p.qMu.Unlock()
+			if p.isClosing() {
 				p.closeSocket()
 				p.sockMu.Unlock()
 				return
 			}
-			if len(p.q) == 0 {
-				p.qMu.Unlock()
-				p.sockMu.Unlock()
-				break
-			}
-			m := p.q[0]
-			p.q[0] = outMsg{}
-			p.q = p.q[1:]
-			close(p.room)
-			p.room = make(chan struct{})
-			p.qMu.Unlock()
-			for {
-				_, err := sendFrames(p.sock, p.h, m.frames, zmq.DONTWAIT, m.shared)
-				if !errors.Is(err, van.ErrWouldBlock) {
-					if err != nil {
-						t.opts.Log.Debug().Err(err).Int("to", p.id).Msg("send failed")
-					}
-					break
-				}
+			empty, err := t.sendHead(p)
+			for errors.Is(err, van.ErrWouldBlock) {
 				// ZeroMQ's queue for the peer is full: wait for room a
 				// slice at a time, so that a shut is noticed.
 				if poller == nil {
@@ -457,8 +441,12 @@ func (t *Transport) write(p *peer) {
 					p.sockMu.Unlock()
 					return
 				}
+				empty, err = t.sendHead(p)
 			}
 			p.sockMu.Unlock()
+			if empty {
+				break
+			}
 		}
 	}
 }
@@ -478,7 +466,7 @@ func (p *peer) closeSocket() {
 	p.sock.Close()
 	p.sock = nil
 	p.qMu.Lock()
-	p.q = nil
+	p.q, p.n, p.spare = nil, 0, nil
 	p.qMu.Unlock()
 }
 
@@ -516,7 +504,7 @@ func (t *Transport) send(ctx context.Context, id int, frames [][]byte, shared bo
 	}
 	if p.sockMu.TryLock() {
 		p.qMu.Lock()
-		idle := len(p.q) == 0 && !p.closing
+		idle := len(p.q) == 0 && !p.closing && !p.held
 		p.qMu.Unlock()
 		if idle {
 			n, err := sendFrames(p.sock, p.h, frames, zmq.DONTWAIT, shared)
@@ -529,43 +517,51 @@ func (t *Transport) send(ctx context.Context, id int, frames [][]byte, shared bo
 		}
 	}
 	// Queue it: the writer sends it after what is queued already.
-	m := outMsg{frames: frames, shared: shared}
 	total := 0
 	for _, f := range frames {
 		total += len(f)
 	}
-	if !shared {
-		m.frames = make([][]byte, len(frames))
-		for i, f := range frames {
-			m.frames[i] = append([]byte(nil), f...)
-		}
-	} else {
-		copied := false
-		for i, f := range frames {
-			// Lent memory is the handler's only until it returns: a frame
-			// of it that waits in the queue is copied.
-			if len(f) >= zeroCopyMin && van.IsLent(f) {
-				if !copied { // the caller's list stays as it was
-					m.frames, copied = append([][]byte(nil), frames...), true
+	var m outMsg
+	small := total <= packMaxMsg && len(frames) > 0
+	if !small {
+		m = outMsg{frames: frames, shared: shared}
+		if !shared {
+			m.frames = copyFrames(frames, total)
+		} else {
+			copied := false
+			for i, f := range frames {
+				// Lent memory is the handler's only until it returns: a
+				// frame of it that waits in the queue is copied.
+				if len(f) >= zeroCopyMin && van.IsLent(f) {
+					if !copied { // the caller's list stays as it was
+						m.frames, copied = append([][]byte(nil), frames...), true
+					}
+					m.frames[i] = message.Clone(f)
 				}
-				m.frames[i] = message.Clone(f)
 			}
 		}
 	}
 	p.qMu.Lock()
-	for len(p.q) >= limit && !p.closing {
+	for p.n >= limit && !p.closing {
 		if ctx == nil {
 			p.qMu.Unlock()
 			return 0, van.ErrWouldBlock
 		}
 		room := p.room
+		p.waiters++
 		p.qMu.Unlock()
+		var err error
 		select {
 		case <-room:
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			err = ctx.Err()
 		}
 		p.qMu.Lock()
+		p.waiters--
+		if err != nil {
+			p.qMu.Unlock()
+			return 0, err
+		}
 	}
 	if p.closing {
 		p.qMu.Unlock()
@@ -574,10 +570,103 @@ func (t *Transport) send(ctx context.Context, id int, frames [][]byte, shared bo
 		}
 		return 0, van.ErrPeerClosed
 	}
-	p.q = append(p.q, m)
+	if small {
+		p.packLocked(total).add(frames)
+	} else {
+		p.q = append(p.q, m)
+	}
+	p.n++
+	wake := !p.held || p.n >= maxHeld
 	p.qMu.Unlock()
-	p.wake()
+	if wake {
+		p.wake()
+	}
 	return total, nil
+}
+
+// copyFrames copies frames (total bytes together) into one allocation.
+func copyFrames(frames [][]byte, total int) [][]byte {
+	buf := make([]byte, 0, total)
+	out := make([][]byte, len(frames))
+	for i, f := range frames {
+		start := len(buf)
+		buf = append(buf, f...)
+		out[i] = buf[start:len(buf):len(buf)]
+	}
+	return out
+}
+
+// maxHeld is how many messages a held peer's queue takes before its writer
+// sends them all the same.
+const maxHeld = 64
+
+// Hold implements van.Batcher: sends to node id join its queue, without
+// waking its writer, until Flush.
+func (t *Transport) Hold(id int) {
+	p, err := t.peer(id)
+	if err != nil {
+		return
+	}
+	p.qMu.Lock()
+	was := p.held
+	p.held = true
+	p.qMu.Unlock()
+	if !was {
+		t.heldMu.Lock()
+		t.held = append(t.held, p)
+		t.heldMu.Unlock()
+	}
+}
+
+// Flush implements van.Batcher: it sends what the held peers' queues hold,
+// on the calling goroutine when their sockets are free and take it at
+// once, and otherwise by their writers. It never waits.
+func (t *Transport) Flush() {
+	t.heldMu.Lock()
+	held := t.held
+	t.held = nil
+	t.heldMu.Unlock()
+	for i, p := range held {
+		held[i] = nil
+		p.qMu.Lock()
+		p.held = false
+		queued := len(p.q) > 0
+		p.qMu.Unlock()
+		if queued && !t.drain(p) {
+			p.wake()
+		}
+	}
+	if cap(held) <= 16 {
+		t.heldMu.Lock()
+		if t.held == nil {
+			t.held = held[:0] // reuse the list
+		}
+		t.heldMu.Unlock()
+	}
+}
+
+// drain sends p's queue on the calling goroutine; it reports false when
+// something is left for the writer (the socket was busy or full).
+func (t *Transport) drain(p *peer) bool {
+	if !p.sockMu.TryLock() {
+		return false
+	}
+	defer p.sockMu.Unlock()
+	for {
+		p.qMu.Lock()
+		held := p.held
+		p.qMu.Unlock()
+		if held { // held again: the next Flush sends the rest
+			return true
+		}
+		empty, err := t.sendHead(p)
+		if err != nil {
+			return false
+		}
+		if empty {
+			return true
+		}
+	}
 }
 
 // sendFrames sends a multipart message on sock (libzmq handle h, or nil).
@@ -656,7 +745,17 @@ func (t *Transport) RecvLent() ([]byte, [][]byte, uint64, func(), error) {
 	return t.recv(true)
 }
 
+// TryRecvLent implements van.Batcher: RecvLent that returns
+// van.ErrRecvTimeout at once when no message waits.
+func (t *Transport) TryRecvLent() ([]byte, [][]byte, uint64, func(), error) {
+	return t.recvFlags(zmq.DONTWAIT, true)
+}
+
 func (t *Transport) recv(lend bool) ([]byte, [][]byte, uint64, func(), error) {
+	return t.recvFlags(0, lend)
+}
+
+func (t *Transport) recvFlags(flags zmq.Flag, lend bool) ([]byte, [][]byte, uint64, func(), error) {
 	if t.router == nil {
 		return nil, nil, 0, nil, errors.New("van: not bound")
 	}
@@ -666,9 +765,9 @@ func (t *Transport) recv(lend bool) ([]byte, [][]byte, uint64, func(), error) {
 	var err error
 	switch {
 	case t.reader != nil:
-		frames, mask, release, err = t.reader.recv(0, lend, t.opts.PoisonLent)
+		frames, mask, release, err = t.reader.recv(flags, lend, t.opts.PoisonLent)
 	default:
-		frames, err = t.router.RecvMessageBytes(0)
+		frames, err = t.router.RecvMessageBytes(flags)
 		if err == nil {
 			err = checkSize(frames, t.opts.MaxFrames, t.opts.MaxMessageBytes)
 		}

@@ -75,18 +75,55 @@ long long pslite_send_msg(void *sock, int n, int flags,
 	return total;
 }
 
-pslite_reader *pslite_reader_new(int cap) {
+int pslite_send_pack(void *sock, const char *buf, const uint32_t *sizes, int n, int flags, int *err) {
+	*err = 0;
+	int i = 0;
+	while (i < n) {
+		// One message: frames i..j.
+		int j = i;
+		while (j < n - 1 && (sizes[j] & PSLITE_PACK_MORE)) {
+			j++;
+		}
+		const char *p = buf;
+		for (int k = i; k <= j; k++) {
+			size_t size = sizes[k] & ~PSLITE_PACK_MORE;
+			int rc;
+			do {
+				rc = zmq_send(sock, p, size, k < j ? flags | ZMQ_SNDMORE : flags);
+			} while (rc < 0 && zmq_errno() == EINTR);
+			if (rc < 0) {
+				// Only a message's first frame can be refused; the rest of
+				// one whose first frame was taken is always taken.
+				*err = zmq_errno();
+				return i;
+			}
+			p += size;
+		}
+		buf = p;
+		i = j + 1;
+	}
+	return n;
+}
+
+pslite_reader *pslite_reader_new(int msg_cap, int max_msgs) {
 	pslite_reader *r = calloc(1, sizeof *r);
 	if (r == NULL) {
 		return NULL;
 	}
-	r->cap = cap;
-	r->msgs = calloc((size_t)cap, sizeof *r->msgs);
-	r->size = calloc((size_t)cap, sizeof *r->size);
-	r->packed = calloc((size_t)cap, sizeof *r->packed);
-	r->pack_cap = 4 * PSLITE_PACK_MAX;
+	r->msg_cap = msg_cap;
+	r->cap = msg_cap + 128; // room for a batch of small messages
+	r->max_msgs = max_msgs;
+	r->msgs = calloc((size_t)r->cap, sizeof *r->msgs);
+	r->size = calloc((size_t)r->cap, sizeof *r->size);
+	r->packed = calloc((size_t)r->cap, sizeof *r->packed);
+	r->pack_cap = 4 * PSLITE_BATCH_ROOM;
 	r->pack = malloc(r->pack_cap);
-	if (r->msgs == NULL || r->size == NULL || r->packed == NULL || r->pack == NULL) {
+	r->msg_first = calloc((size_t)max_msgs, sizeof *r->msg_first);
+	r->msg_kept = calloc((size_t)max_msgs, sizeof *r->msg_kept);
+	r->msg_frames = calloc((size_t)max_msgs, sizeof *r->msg_frames);
+	r->msg_bytes = calloc((size_t)max_msgs, sizeof *r->msg_bytes);
+	if (r->msgs == NULL || r->size == NULL || r->packed == NULL || r->pack == NULL ||
+		r->msg_first == NULL || r->msg_kept == NULL || r->msg_frames == NULL || r->msg_bytes == NULL) {
 		pslite_reader_free(r);
 		return NULL;
 	}
@@ -112,6 +149,10 @@ void pslite_reader_free(pslite_reader *r) {
 	free(r->size);
 	free(r->packed);
 	free(r->pack);
+	free(r->msg_first);
+	free(r->msg_kept);
+	free(r->msg_frames);
+	free(r->msg_bytes);
 	free(r);
 }
 
@@ -148,14 +189,15 @@ size_t pslite_msg_poison(zmq_msg_t *m) {
 	return n;
 }
 
-int pslite_recv_msg(void *sock, pslite_reader *r, int flags) {
-	close_open(r);
-	r->count = 0;
-	r->bytes = 0;
-	r->used = 0;
+// recv_one receives one message into r after the frames it holds; it
+// returns 0, or minus the error number when no message was received.
+static int recv_one(void *sock, pslite_reader *r, int flags) {
+	int first = r->count, frames = 0;
+	long long bytes = 0;
 	zmq_msg_t drop;
 	for (;;) {
-		zmq_msg_t *m = r->count < r->cap ? &r->msgs[r->count] : &drop;
+		int keep = frames < r->msg_cap && r->count < r->cap;
+		zmq_msg_t *m = keep ? &r->msgs[r->count] : &drop;
 		zmq_msg_init(m);
 		int rc;
 		do {
@@ -164,21 +206,22 @@ int pslite_recv_msg(void *sock, pslite_reader *r, int flags) {
 		if (rc < 0) {
 			int err = zmq_errno();
 			zmq_msg_close(m);
-			if (r->count == 0) {
+			if (frames == 0) {
 				return -err;
 			}
 			// Cannot happen within a message (libzmq delivers whole
-			// messages); report what was had.
+			// messages); keep what was had.
 			break;
 		}
 		flags &= ~ZMQ_DONTWAIT; // the rest of the message is there
 		int more = zmq_msg_more(m);
-		r->bytes += rc;
-		if (m == &drop) {
+		bytes += rc;
+		frames++;
+		if (!keep) {
 			zmq_msg_close(&drop);
 		} else {
-			int i = r->count;
-			r->open = i + 1;
+			int i = r->count++;
+			r->open = r->count;
 			r->size[i] = (size_t)rc;
 			r->packed[i] = -1;
 			if ((size_t)rc <= PSLITE_PACK_MAX && r->used + (size_t)rc <= r->pack_cap) {
@@ -187,14 +230,42 @@ int pslite_recv_msg(void *sock, pslite_reader *r, int flags) {
 				r->used += (size_t)rc;
 				zmq_msg_close(m); // copied: give it back now
 				zmq_msg_init(m);
+			} else {
+				r->unpacked = 1;
 			}
 		}
-		r->count++;
 		if (!more) {
 			break;
 		}
 	}
-	return r->count;
+	int k = r->nmsgs++;
+	r->msg_first[k] = first;
+	r->msg_kept[k] = r->count - first;
+	r->msg_frames[k] = frames;
+	r->msg_bytes[k] = bytes;
+	if (frames > r->msg_cap) {
+		r->unpacked = 1; // an oversized message ends the batch too
+	}
+	return 0;
+}
+
+int pslite_recv_batch(void *sock, pslite_reader *r, int flags) {
+	close_open(r);
+	r->count = 0;
+	r->used = 0;
+	r->nmsgs = 0;
+	r->unpacked = 0;
+	int rc = recv_one(sock, r, flags);
+	if (rc < 0) {
+		return rc;
+	}
+	while (r->nmsgs < r->max_msgs && !r->unpacked && r->cap - r->count >= r->msg_cap &&
+		r->pack_cap - r->used >= PSLITE_BATCH_ROOM) {
+		if (recv_one(sock, r, ZMQ_DONTWAIT) < 0) {
+			break;
+		}
+	}
+	return r->nmsgs;
 }
 
 int pslite_socket_type(void *sock) {

@@ -141,19 +141,34 @@ func pslite_release_frame(h C.uintptr_t) {
 	pinnedFrames.Add(-1)
 }
 
-// frameReader receives whole messages from one socket, with one cgo call
-// per message. It belongs to the socket's owner.
+// frameReader receives whole messages from one socket, a batch of them
+// with one cgo call: the first, then those that have arrived already (see
+// pslite_recv_batch). It belongs to the socket's owner.
 type frameReader struct {
 	h         unsafe.Pointer
-	r         *C.pslite_reader // C memory, reused for every message
+	r         *C.pslite_reader // C memory, reused for every batch
 	maxFrames int
 	maxBytes  int64
+	// queued holds the messages of the last batch not returned yet.
+	queued []readMsg
 }
+
+// readMsg is one received message of a batch.
+type readMsg struct {
+	frames  [][]byte // identity first
+	count   int      // frames received (more than kept: too many)
+	bytes   int64
+	mask    uint64 // lent frames
+	release func() // gives the lent frames back; nil when none
+}
+
+// maxBatchMsgs is the most messages received with one call.
+const maxBatchMsgs = 32
 
 // newFrameReader returns a reader for libzmq socket h, or nil when C
 // memory is short.
 func newFrameReader(h unsafe.Pointer, maxFrames int, maxBytes int64) *frameReader {
-	r := C.pslite_reader_new(C.int(maxFrames + 2)) // the identity, and one more to see too many
+	r := C.pslite_reader_new(C.int(maxFrames+2), maxBatchMsgs) // the identity, and one more to see too many
 	if r == nil {
 		return nil
 	}
@@ -168,79 +183,113 @@ func newFrameReader(h unsafe.Pointer, maxFrames int, maxBytes int64) *frameReade
 // With flags zmq.DONTWAIT it returns EAGAIN at once when no message waits.
 //
 // Small frames come packed in one C buffer and are copied into one Go
-// allocation; the frames are slices of it, each capped at its own length.
+// allocation for the whole batch; the frames are slices of it, each capped
+// at its own length.
 //
 // With lend, frames of at least zeroCopyMin bytes (of the first 64) are not
 // copied but lent: views of libzmq's buffers, marked in mask, valid until
 // release is called (nil when nothing was lent). With poison, release
 // overwrites them first, so that whoever kept a view reads 0xDB bytes.
 func (r *frameReader) recv(flags zmq.Flag, lend, poison bool) (frames [][]byte, mask uint64, release func(), err error) {
-	n := int(C.pslite_recv_msg(r.h, r.r, C.int(flags)))
+	if len(r.queued) == 0 {
+		if err := r.read(flags, lend, poison); err != nil {
+			return nil, 0, nil, err
+		}
+	}
+	m := r.queued[0]
+	r.queued[0] = readMsg{}
+	r.queued = r.queued[1:]
+	if m.count > r.maxFrames+1 || m.bytes > r.maxBytes { // +1: the identity
+		var ident [][]byte
+		if len(m.frames) > 0 {
+			ident = m.frames[:1] // for the error
+		}
+		if m.release != nil {
+			m.release()
+		}
+		return nil, 0, nil, oversized(ident, m.count-1, m.bytes)
+	}
+	return m.frames, m.mask, m.release, nil
+}
+
+// read receives a batch into r.queued.
+func (r *frameReader) read(flags zmq.Flag, lend, poison bool) error {
+	n := int(C.pslite_recv_batch(r.h, r.r, C.int(flags)))
 	if n < 0 {
-		return nil, 0, nil, zmq.Errno(-n)
+		return zmq.Errno(-n)
 	}
 	c := r.r
-	count, size := int(c.count), int64(c.bytes)
-	kept := min(count, int(c.cap))
+	kept := int(c.count)
 	sizes := unsafe.Slice(c.size, kept)
 	packed := unsafe.Slice(c.packed, kept)
 	var pack []byte
 	if c.used > 0 {
 		pack = C.GoBytes(unsafe.Pointer(c.pack), C.int(c.used)) // not zeroed first
 	}
-	var lent []*C.zmq_msg_t
-	frameAt := func(i int) []byte {
-		n := int(sizes[i])
-		if off := int(packed[i]); off >= 0 {
-			return pack[off : off+n : off+n]
-		}
-		if lend && n >= zeroCopyMin && i < 64 {
-			if m := C.pslite_reader_take(c, C.int(i)); m != nil {
-				lent = append(lent, m)
-				mask |= 1 << i
-				return unsafe.Slice((*byte)(C.zmq_msg_data(m)), n)
+	all := make([][]byte, kept)
+	first := unsafe.Slice(c.msg_first, n)
+	keptOf := unsafe.Slice(c.msg_kept, n)
+	counts := unsafe.Slice(c.msg_frames, n)
+	bytes := unsafe.Slice(c.msg_bytes, n)
+	if cap(r.queued) < n {
+		r.queued = make([]readMsg, 0, maxBatchMsgs)
+	}
+	r.queued = r.queued[:n]
+	for k := range n {
+		m := readMsg{count: int(counts[k]), bytes: int64(bytes[k])}
+		from, to := int(first[k]), int(first[k])+int(keptOf[k])
+		oversize := m.count > r.maxFrames+1 || m.bytes > r.maxBytes
+		var lent []*C.zmq_msg_t
+		for i := from; i < to; i++ {
+			size := int(sizes[i])
+			if off := int(packed[i]); off >= 0 {
+				all[i] = pack[off : off+size : off+size]
+				continue
+			}
+			if oversize && i > from {
+				continue // dropped: only its identity is wanted
+			}
+			if lend && size >= zeroCopyMin && i-from < 64 {
+				if lm := C.pslite_reader_take(c, C.int(i)); lm != nil {
+					lent = append(lent, lm)
+					m.mask |= 1 << (i - from)
+					all[i] = unsafe.Slice((*byte)(C.zmq_msg_data(lm)), size)
+					continue
+				}
+			}
+			all[i] = copyFrame(C.zmq_msg_data(&unsafe.Slice(c.msgs, kept)[i]), size)
+			if size >= zeroCopyMin {
+				// Give a large frame back now rather than when the next
+				// batch replaces it.
+				C.pslite_reader_release(c, C.int(i))
 			}
 		}
-		f := copyFrame(C.zmq_msg_data(&unsafe.Slice(c.msgs, kept)[i]), n)
-		if n >= zeroCopyMin {
-			// Give a large frame back now rather than when the next
-			// message replaces it.
-			C.pslite_reader_release(c, C.int(i))
+		m.frames = all[from:to:to]
+		if oversize && k == n-1 { // (only a batch's last message holds frames open)
+			// libzmq held the whole message (64 bytes a frame, even an
+			// empty one): give what it freed back to the system.
+			C.pslite_reader_release_all(c)
+			C.pslite_release_memory()
 		}
-		return f
-	}
-	if count > r.maxFrames+1 || size > r.maxBytes { // +1: the identity
-		var ident [][]byte
-		if count > 0 {
-			ident = [][]byte{frameAt(0)} // for the error
-		}
-		// libzmq held the whole message (64 bytes a frame, even an empty
-		// one): give what it freed back to the system.
-		C.pslite_reader_release_all(c)
-		C.pslite_release_memory()
-		return nil, 0, nil, oversized(ident, count-1, size)
-	}
-	frames = make([][]byte, count)
-	for i := range frames {
-		frames[i] = frameAt(i)
-	}
-	if len(lent) > 0 {
-		lentMessages.Add(1)
-		var once sync.Once
-		release = func() {
-			once.Do(func() {
-				for _, m := range lent {
-					if poison {
-						quarantine(m)
-					} else {
-						C.pslite_msg_free(m)
+		if len(lent) > 0 {
+			lentMessages.Add(1)
+			var once sync.Once
+			m.release = func() {
+				once.Do(func() {
+					for _, lm := range lent {
+						if poison {
+							quarantine(lm)
+						} else {
+							C.pslite_msg_free(lm)
+						}
 					}
-				}
-				lentMessages.Add(-1)
-			})
+					lentMessages.Add(-1)
+				})
+			}
 		}
+		r.queued[k] = m
 	}
-	return frames, mask, release, nil
+	return nil
 }
 
 // lentMessages counts messages whose frames are lent and not given back.
@@ -321,6 +370,12 @@ func (r *frameReader) close() {
 	if r == nil {
 		return
 	}
+	for _, m := range r.queued {
+		if m.release != nil {
+			m.release()
+		}
+	}
+	r.queued = nil
 	C.pslite_reader_free(r.r)
 	r.r = nil
 }

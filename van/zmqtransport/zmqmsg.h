@@ -21,43 +21,67 @@ long long pslite_send_msg(void *sock, int n, int flags,
 	void *data2, size_t size2, uintptr_t hint2,
 	void *data3, size_t size3, uintptr_t hint3);
 
-// pslite_reader receives whole messages with one call: the frames of the
-// last message stay open in msgs until the next call (or
-// pslite_reader_release); frames of at most PSLITE_PACK_MAX bytes are also
-// copied, one after the other, into pack, so that Go copies them all at
-// once.
+// pslite_send_pack sends messages whose frames lie end to end in buf:
+// frame i is the low 31 bits of sizes[i] bytes, and the high bit says that
+// another frame of the same message follows. Every frame is copied by
+// libzmq, and sent with flags (plus ZMQ_SNDMORE within a message). It
+// returns the frames sent, all of whole messages; it stops at the first
+// message libzmq refuses, setting *err to the error number (EAGAIN: the
+// queue is full), and otherwise sets *err to 0.
+#define PSLITE_PACK_MORE 0x80000000u
+int pslite_send_pack(void *sock, const char *buf, const uint32_t *sizes, int n, int flags, int *err);
+
+// pslite_reader receives whole messages, a batch of them with one call:
+// the first message, then as many more as have arrived already, as long as
+// every frame so far was small and there is room. Frames of at most
+// PSLITE_PACK_MAX bytes are copied, one after the other, into pack (and
+// given back to libzmq), so that Go copies them all at once; the other
+// frames (only in a batch's last message) stay open in msgs until the next
+// call or pslite_reader_release.
 #define PSLITE_PACK_MAX 4096
+// PSLITE_BATCH_ROOM is the pack room a batch needs to take another message.
+#define PSLITE_BATCH_ROOM (4 * PSLITE_PACK_MAX)
 typedef struct {
-	int cap;          // entries in msgs, size and packed
-	int count;        // frames of the last message (may exceed cap)
-	int open;         // entries of msgs holding a frame
-	long long bytes;  // bytes of the last message
+	int cap;          // entries in msgs, size and packed: frames of a batch
+	int msg_cap;      // frames of one message kept (the rest are dropped)
+	int count;        // frames kept in this batch
+	int open;         // entries of msgs that may hold a frame
+	int unpacked;     // a frame of the batch was not packed: it ends the batch
 	size_t used;      // bytes of pack in use
 	zmq_msg_t *msgs;  // the frames, cap of them
 	size_t *size;     // their sizes
 	long long *packed;  // offset of a frame's copy in pack, or -1
 	char *pack;       // pack_cap bytes
 	size_t pack_cap;
+	int nmsgs;        // messages in this batch
+	int max_msgs;     // entries of the per-message arrays
+	int *msg_first;   // index of a message's first frame in msgs
+	int *msg_kept;    // its frames kept
+	int *msg_frames;  // its frames received (kept or not)
+	long long *msg_bytes;  // its bytes received
 } pslite_reader;
 
-// pslite_reader_new allocates a reader keeping up to cap frames.
-pslite_reader *pslite_reader_new(int cap);
+// pslite_reader_new allocates a reader keeping up to msg_cap frames of a
+// message and batches of up to max_msgs messages.
+pslite_reader *pslite_reader_new(int msg_cap, int max_msgs);
 
 // pslite_reader_free closes the reader's frames and frees it.
 void pslite_reader_free(pslite_reader *r);
 
-// pslite_recv_msg receives the next message into r: up to cap frames are
-// kept, the rest are read and dropped (counted in count and bytes). It
-// returns the number of frames, or minus the error number.
-int pslite_recv_msg(void *sock, pslite_reader *r, int flags);
+// pslite_recv_batch receives the next message into r (with flags), then,
+// without waiting, up to max_msgs-1 more that are there already. Up to
+// msg_cap frames of each are kept, the rest are read and dropped (counted
+// in msg_frames and msg_bytes). It returns the number of messages, or minus
+// the error number.
+int pslite_recv_batch(void *sock, pslite_reader *r, int flags);
 
-// pslite_reader_release closes frame i of the last message.
+// pslite_reader_release closes frame i of the batch.
 void pslite_reader_release(pslite_reader *r, int i);
 
-// pslite_reader_release_all closes every frame of the last message.
+// pslite_reader_release_all closes every frame of the batch.
 void pslite_reader_release_all(pslite_reader *r);
 
-// pslite_reader_take moves frame i of the last message out of r into a
+// pslite_reader_take moves frame i of the batch out of r into a
 // message of its own (malloc'd), or returns NULL when memory is short.
 zmq_msg_t *pslite_reader_take(pslite_reader *r, int i);
 
