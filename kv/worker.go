@@ -316,7 +316,9 @@ func (w *KVWorker[V]) send(push, pull bool, o reqOptions, kvs KVPairs[V], dest *
 		w.cust.AddResponse(ts, skipped)
 		return ts, nil
 	}
-	w.cust.AddResponse(ts, skipped)
+	if skipped > 0 {
+		w.cust.AddResponse(ts, skipped)
+	}
 	for i, p := range parts {
 		if len(p.Keys) == 0 {
 			continue

@@ -188,7 +188,15 @@ type Message struct {
 
 	lent    uint64 // Data frames lent by the transport (bit i: Data[i])
 	release func() // gives them back
+
+	// The first frames AddData adds go here, so that a message of a few
+	// frames (a request: keys, values, lengths) is one allocation.
+	inlineData  [inlineFrames][]byte
+	inlineTypes [inlineFrames]DataType
 }
+
+// inlineFrames is how many frames a message holds without allocating.
+const inlineFrames = 3
 
 // Lend marks the Data frames of mask (bit i for Data[i]) as lent: memory
 // that is not the message's own, valid until release is called, by Release
@@ -252,6 +260,9 @@ func New() *Message { return &Message{Meta: NewMeta()} }
 
 // AddData appends a raw frame with its type tag and accounts for its size.
 func (m *Message) AddData(t DataType, frame []byte) {
+	if m.Data == nil && m.Meta.DataTypes == nil {
+		m.Data, m.Meta.DataTypes = m.inlineData[:0], m.inlineTypes[:0]
+	}
 	m.Meta.DataTypes = append(m.Meta.DataTypes, t)
 	m.Meta.DataSize += int32(len(frame))
 	m.Data = append(m.Data, frame)
