@@ -39,6 +39,9 @@ func WithCallback(cb func()) Option { return func(o *reqOptions) { o.cb = cb } }
 func WithPriority(p int) Option { return func(o *reqOptions) { o.priority = p } }
 
 func collect(opts []Option) reqOptions {
+	if len(opts) == 0 {
+		return reqOptions{} // (o below escapes to the heap)
+	}
 	var o reqOptions
 	for _, f := range opts {
 		f(&o)

@@ -253,7 +253,6 @@ func (v *Van) handle(msg *message.Message) verdict {
 // dispatch passes a data message to the handler and reports whether this
 // goroutine still runs the receive loop afterwards.
 func (v *Van) dispatch(msg *message.Message) bool {
-	v.handlerSince.Store(time.Now().UnixNano())
 	if msg.Lent() {
 		if _, ok := v.handler.(LendingHandler); !ok {
 			msg.Own()
@@ -280,18 +279,31 @@ func (v *Van) dispatch(msg *message.Message) bool {
 // handler has run for HandlerStall, so that a slow handler (or one waiting
 // for a message only the loop can receive) never stalls receiving, until
 // the loop stops. It measures real time: it is about responsiveness, not
-// the protocol.
+// the protocol. It looks every HandlerStall/2 at which handler call runs
+// (inHandler), so that the receive loop reads no clock per message: a call
+// is handed over from when it has been seen running for HandlerStall, at
+// most HandlerStall/2 later than that.
 func (v *Van) watchHandlers() {
 	tick := time.NewTicker(HandlerStall / 2)
 	defer tick.Stop()
+	var seen uint64 // the handler call seen running, since seenAt
+	var seenAt time.Time
 	for {
+		var now time.Time
 		select {
 		case <-v.recvDone:
 			return
-		case <-tick.C:
+		case now = <-tick.C:
 		}
 		seq := v.inHandler.Load()
-		if seq%2 == 0 || time.Since(time.Unix(0, v.handlerSince.Load())) < HandlerStall {
+		if seq%2 == 0 {
+			continue
+		}
+		if seq != seen {
+			seen, seenAt = seq, now
+			continue
+		}
+		if now.Sub(seenAt) < HandlerStall {
 			continue
 		}
 		if v.inHandler.CompareAndSwap(seq, seq+1) {

@@ -155,13 +155,12 @@ type Van struct {
 	failed   chan struct{} // closed when the job fails
 	failErr  atomic.Pointer[error]
 	recvDone chan struct{} // closed when the receive loop exits
-	// inHandler is odd while the receive goroutine runs HandleData, which
-	// it entered at handlerSince (Unix ns). The watchdog hands the loop to
-	// a new goroutine by moving it on to even; see dispatch.
-	inHandler    atomic.Uint64
-	handlerSince atomic.Int64
-	stopTicker   func()
-	res          atomic.Pointer[resendDriver]
+	// inHandler is odd while the receive goroutine runs HandleData. The
+	// watchdog hands the loop to a new goroutine by moving it on to even;
+	// see dispatch and watchHandlers.
+	inHandler  atomic.Uint64
+	stopTicker func()
+	res        atomic.Pointer[resendDriver]
 
 	timestamp atomic.Int32 // timestamps of this process's requests and control messages
 

@@ -152,10 +152,9 @@ func (t *Transport) sendPack(p *peer, pk *sendPack) error {
 	var n int
 	var errno syscall.Errno
 	if p.h != nil {
-		var cerr C.int
-		n = int(C.pslite_send_pack(p.h, (*C.char)(unsafe.Pointer(unsafe.SliceData(buf))),
-			(*C.uint32_t)(unsafe.Pointer(unsafe.SliceData(sizes))), C.int(len(sizes)), C.int(zmq.DONTWAIT), &cerr))
-		errno = syscall.Errno(cerr)
+		rc := int64(C.pslite_send_pack(p.h, (*C.char)(unsafe.Pointer(unsafe.SliceData(buf))),
+			(*C.uint32_t)(unsafe.Pointer(unsafe.SliceData(sizes))), C.int(len(sizes)), C.int(zmq.DONTWAIT)))
+		n, errno = int(rc&0xffffffff), syscall.Errno(rc>>32)
 	} else {
 		n, errno = sendPackFrames(p.sock, buf, sizes)
 	}

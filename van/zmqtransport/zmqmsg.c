@@ -75,8 +75,7 @@ long long pslite_send_msg(void *sock, int n, int flags,
 	return total;
 }
 
-int pslite_send_pack(void *sock, const char *buf, const uint32_t *sizes, int n, int flags, int *err) {
-	*err = 0;
+long long pslite_send_pack(void *sock, const char *buf, const uint32_t *sizes, int n, int flags) {
 	int i = 0;
 	while (i < n) {
 		// One message: frames i..j.
@@ -94,8 +93,7 @@ int pslite_send_pack(void *sock, const char *buf, const uint32_t *sizes, int n, 
 			if (rc < 0) {
 				// Only a message's first frame can be refused; the rest of
 				// one whose first frame was taken is always taken.
-				*err = zmq_errno();
-				return i;
+				return ((long long)zmq_errno() << 32) | i;
 			}
 			p += size;
 		}

@@ -25,11 +25,11 @@ long long pslite_send_msg(void *sock, int n, int flags,
 // frame i is the low 31 bits of sizes[i] bytes, and the high bit says that
 // another frame of the same message follows. Every frame is copied by
 // libzmq, and sent with flags (plus ZMQ_SNDMORE within a message). It
-// returns the frames sent, all of whole messages; it stops at the first
-// message libzmq refuses, setting *err to the error number (EAGAIN: the
-// queue is full), and otherwise sets *err to 0.
+// returns the frames sent, all of whole messages, plus, when it stopped at
+// a message libzmq refused, the error number times 2^32 (EAGAIN: the queue
+// is full).
 #define PSLITE_PACK_MORE 0x80000000u
-int pslite_send_pack(void *sock, const char *buf, const uint32_t *sizes, int n, int flags, int *err);
+long long pslite_send_pack(void *sock, const char *buf, const uint32_t *sizes, int n, int flags);
 
 // pslite_reader receives whole messages, a batch of them with one call:
 // the first message, then as many more as have arrived already, as long as
