@@ -27,6 +27,17 @@
 // the van stops (send.go). Malformed input from the network is logged and
 // dropped.
 //
+// Small messages travel in runs (recv.go, Batcher): while the receive loop
+// works through messages that have arrived already, what anyone sends to
+// their senders is held back, in order, and sent together once nothing
+// more has arrived (or after 32 messages). Responses to a burst of
+// requests, and the requests a worker sends in answer to a burst of
+// responses, then leave with one call into ZeroMQ and one system call at
+// its I/O thread, instead of one each, and the peer reads them in one
+// batch. A message is held back at most for the time the loop takes to
+// handle the messages already received, and a handler that runs long hands
+// the loop over, which sends what was held.
+//
 // Large received frames may be lent rather than copied (lend.go): a
 // transport that implements Lender hands over views of its own buffers,
 // the van passes them on to customers that take lent messages (a KVServer

@@ -96,10 +96,11 @@ type Transport interface {
 // responses to a run of requests, and requests sent in answer to a run of
 // responses, leave together.
 type Batcher interface {
-	// Hold makes sends to node id queue, in order, without being sent,
-	// until Flush (or until a number of them are queued). Sends from any
-	// goroutine queue behind the held ones, so the order of what one
-	// goroutine sends to a peer is kept.
+	// Hold makes small messages sent to node id queue, in order, without
+	// being sent, until Flush (or until a number of them are queued). A
+	// large message goes at once when nothing is queued, and otherwise
+	// behind what is; sends from any goroutine queue behind the held ones,
+	// so the order of what one goroutine sends to a peer is kept.
 	Hold(id int)
 	// Flush sends what the held peers' queues hold, and stops holding
 	// them. It never waits.

@@ -80,6 +80,26 @@ func TestHoldQueuesUntilFlush(t *testing.T) {
 	}
 }
 
+// A large message to a held peer with nothing queued goes at once (it
+// would gain nothing from company, and lent frames would be copied in the
+// queue).
+func TestHoldLetsLargeMessagesThrough(t *testing.T) {
+	send, bind := zmqPair(t)
+	recv := bind()
+	send.Hold(1)
+	big := pattern(zeroCopyMin+100, 3)
+	if _, err := send.Send(context.Background(), 1, [][]byte{[]byte("big"), big}, true); err != nil {
+		t.Fatal(err)
+	}
+	if n := send.queued(1); n != 0 {
+		t.Fatalf("%d messages queued", n)
+	}
+	if _, got := recvWithin(t, recv, 10*time.Second); string(got[0]) != "big" || string(got[1]) != string(big) {
+		t.Fatalf("got %q and %d bytes", got[0], len(got[1]))
+	}
+	send.Flush()
+}
+
 // A held peer's queue is sent by its writer once maxHeld messages wait,
 // without a Flush.
 func TestHoldSendsAFullQueue(t *testing.T) {

@@ -12,4 +12,10 @@
 // signal the writers. Connections going down and up are reported through
 // socket monitors (van.ConnectionReporter), which the van's failure
 // detection uses.
+//
+// Small messages cross cgo in runs (queue.go): those queued for a peer
+// (held by the van's receive loop, or waiting behind a busy socket) are
+// packed end to end and handed to libzmq with one call, and the receiving
+// side takes every message that has arrived already, up to 32, with one
+// call and one copy into Go memory (frameReader).
 package zmqtransport

@@ -502,9 +502,16 @@ func (t *Transport) send(ctx context.Context, id int, frames [][]byte, shared bo
 	if err != nil {
 		return 0, err
 	}
+	total := 0
+	for _, f := range frames {
+		total += len(f)
+	}
+	small := total <= packMaxMsg && len(frames) > 0
 	if p.sockMu.TryLock() {
 		p.qMu.Lock()
-		idle := len(p.q) == 0 && !p.closing && !p.held
+		// A held peer holds back small messages only: a large one gains
+		// nothing from company, and would be copied in the queue.
+		idle := len(p.q) == 0 && !p.closing && (!p.held || !small)
 		p.qMu.Unlock()
 		if idle {
 			n, err := sendFrames(p.sock, p.h, frames, zmq.DONTWAIT, shared)
@@ -517,12 +524,7 @@ func (t *Transport) send(ctx context.Context, id int, frames [][]byte, shared bo
 		}
 	}
 	// Queue it: the writer sends it after what is queued already.
-	total := 0
-	for _, f := range frames {
-		total += len(f)
-	}
 	var m outMsg
-	small := total <= packMaxMsg && len(frames) > 0
 	if !small {
 		m = outMsg{frames: frames, shared: shared}
 		if !shared {
