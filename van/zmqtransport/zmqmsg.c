@@ -253,6 +253,7 @@ int pslite_recv_batch(void *sock, pslite_reader *r, int flags) {
 	r->used = 0;
 	r->nmsgs = 0;
 	r->unpacked = 0;
+	r->drained = 0;
 	int rc = recv_one(sock, r, flags);
 	if (rc < 0) {
 		return rc;
@@ -260,6 +261,7 @@ int pslite_recv_batch(void *sock, pslite_reader *r, int flags) {
 	while (r->nmsgs < r->max_msgs && !r->unpacked && r->cap - r->count >= r->msg_cap &&
 		r->pack_cap - r->used >= PSLITE_BATCH_ROOM) {
 		if (recv_one(sock, r, ZMQ_DONTWAIT) < 0) {
+			r->drained = 1;
 			break;
 		}
 	}

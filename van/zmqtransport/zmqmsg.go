@@ -14,6 +14,7 @@ import (
 	"runtime/cgo"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"unsafe"
 
 	zmq "github.com/pebbe/zmq4"
@@ -151,6 +152,9 @@ type frameReader struct {
 	maxBytes  int64
 	// queued holds the messages of the last batch not returned yet.
 	queued []readMsg
+	// drained is set when the last batch ended because no more messages
+	// were waiting.
+	drained bool
 }
 
 // readMsg is one received message of a batch.
@@ -191,6 +195,13 @@ func newFrameReader(h unsafe.Pointer, maxFrames int, maxBytes int64) *frameReade
 // release is called (nil when nothing was lent). With poison, release
 // overwrites them first, so that whoever kept a view reads 0xDB bytes.
 func (r *frameReader) recv(flags zmq.Flag, lend, poison bool) (frames [][]byte, mask uint64, release func(), err error) {
+	if len(r.queued) == 0 && flags&zmq.DONTWAIT != 0 && r.drained {
+		// Nothing waited when the last batch was read, a moment ago: do
+		// not ask again (a call into libzmq that finds nothing costs a
+		// system call), but let the next wait find it.
+		r.drained = false
+		return nil, 0, nil, zmq.Errno(syscall.EAGAIN)
+	}
 	if len(r.queued) == 0 {
 		if err := r.read(flags, lend, poison); err != nil {
 			return nil, 0, nil, err
@@ -219,6 +230,7 @@ func (r *frameReader) read(flags zmq.Flag, lend, poison bool) error {
 		return zmq.Errno(-n)
 	}
 	c := r.r
+	r.drained = c.drained != 0
 	kept := int(c.count)
 	sizes := unsafe.Slice(c.size, kept)
 	packed := unsafe.Slice(c.packed, kept)

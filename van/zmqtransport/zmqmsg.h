@@ -47,6 +47,7 @@ typedef struct {
 	int count;        // frames kept in this batch
 	int open;         // entries of msgs that may hold a frame
 	int unpacked;     // a frame of the batch was not packed: it ends the batch
+	int drained;      // the batch ended because no more messages waited
 	size_t used;      // bytes of pack in use
 	zmq_msg_t *msgs;  // the frames, cap of them
 	size_t *size;     // their sizes
