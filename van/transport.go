@@ -106,7 +106,9 @@ type Batcher interface {
 	// them. It never waits.
 	Flush()
 	// TryRecvLent is Lender.RecvLent that returns ErrRecvTimeout at once
-	// when no message waits.
+	// when no message waits (or none did when the transport last looked,
+	// a moment ago: asking the socket again costs a system call, and the
+	// receive that waits next finds what came since).
 	TryRecvLent() (identity []byte, frames [][]byte, lent uint64, release func(), err error)
 }
 

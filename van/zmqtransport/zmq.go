@@ -748,7 +748,8 @@ func (t *Transport) RecvLent() ([]byte, [][]byte, uint64, func(), error) {
 }
 
 // TryRecvLent implements van.Batcher: RecvLent that returns
-// van.ErrRecvTimeout at once when no message waits.
+// van.ErrRecvTimeout at once when no message waits, or none waited when the
+// last batch was received.
 func (t *Transport) TryRecvLent() ([]byte, [][]byte, uint64, func(), error) {
 	return t.recvFlags(zmq.DONTWAIT, true)
 }
