@@ -261,7 +261,10 @@ func (v *Van) dispatch(msg *message.Message) bool {
 	if v.batcher != nil && msg.Meta.Sender != emptyID {
 		// What the handler (or anyone) sends to the sender now waits
 		// until the loop has handled what else has arrived.
-		v.batcher.Hold(int(msg.Meta.Sender))
+		if v.held == 0 || msg.Meta.Sender != v.heldLast {
+			v.batcher.Hold(int(msg.Meta.Sender))
+			v.heldLast = msg.Meta.Sender
+		}
 		v.held++
 	}
 	seq := v.inHandler.Add(1) // odd: in the handler

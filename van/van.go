@@ -175,6 +175,7 @@ type Van struct {
 	dropRate atomic.Int32       // percent of received messages to drop once ready
 	batcher  Batcher            // tr, when it is one; else nil
 	held     int                // data messages handled since the last flush; owned like rng
+	heldLast int32              // the sender held last, while held > 0; owned like rng
 	rng      *rand.Rand         // owned by the goroutine running the receive loop
 	early    []*message.Message // data received before the node was ready; owned like rng
 	downMu   sync.Mutex         // guards down
