@@ -65,3 +65,51 @@ func BenchmarkSmallPush(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkWindowPush pushes one key at a time with 64 requests in flight,
+// in a 1x1 job inside the test process (psbench's window measurement):
+// over ZeroMQ, responses to a run of requests and the requests sent in
+// answer to a run of responses travel together (van.Batcher).
+func BenchmarkWindowPush(b *testing.B) {
+	for _, mem := range []bool{true, false} {
+		b.Run(fmt.Sprintf("mem=%v", mem), func(b *testing.B) {
+			c := testcluster.New(b, 1, 1, testcluster.Options{Mem: mem})
+			s, err := kv.NewKVServer[float32](c.Servers[0], 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			s.SetRequestHandle(func(meta kv.KVMeta, _ kv.KVPairs[float32], s *kv.KVServer[float32]) {
+				s.Response(meta, kv.KVPairs[float32]{})
+			})
+			w, err := kv.NewKVWorker[float32](c.Workers[0], 0, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			keys, vals := []uint64{1}, []float32{1}
+			const window = 64
+			ring := make([]int, 0, window)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if len(ring) == window {
+					if err := w.Wait(ring[0]); err != nil {
+						b.Fatal(err)
+					}
+					ring = ring[1:]
+				}
+				ts, err := w.ZPush(keys, vals, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ring = append(ring, ts)
+			}
+			for _, ts := range ring {
+				if err := w.Wait(ts); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			c.Finalize(b)
+		})
+	}
+}
