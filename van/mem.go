@@ -353,8 +353,11 @@ type memTransport struct {
 	net  *MemNetwork
 	addr string // bound address
 
-	mu        sync.Mutex // guards peers, closed, killed, handler, events
-	peers     map[int]memPeer
+	mu    sync.Mutex // guards peers, held, closed, killed, handler, events
+	peers map[int]memPeer
+	// held holds what is sent to the peers held by Hold (see Batcher), in
+	// order, until Flush.
+	held      map[int][]batchedMsg
 	closed    bool
 	killed    bool
 	handler   func(id int, up bool)
@@ -369,6 +372,12 @@ type memPeer struct {
 	gen      int // distinguishes connections to the same id
 }
 
+// batchedMsg is a message sent to a peer held by Hold.
+type batchedMsg struct {
+	peer memPeer
+	msg  memMsg
+}
+
 type memEvent struct {
 	id int
 	up bool
@@ -377,7 +386,75 @@ type memEvent struct {
 var (
 	_ Transport          = (*memTransport)(nil)
 	_ ConnectionReporter = (*memTransport)(nil)
+	_ Batcher            = (*memTransport)(nil)
 )
+
+// Hold implements Batcher: what is sent to node id waits, in order, until
+// Flush.
+func (t *memTransport) Hold(id int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.held == nil {
+		t.held = make(map[int][]batchedMsg)
+	}
+	if _, ok := t.held[id]; !ok {
+		t.held[id] = nil
+	}
+}
+
+// Flush implements Batcher: it delivers what the held peers' queues hold
+// (past a full inbox, as ZeroMQ's queue would take it) and stops holding
+// them. What was held for a connection replaced since is lost, as it would
+// be on a closed socket.
+func (t *memTransport) Flush() {
+	t.mu.Lock()
+	held := t.held
+	t.held = nil
+	peers := make(map[int]memPeer, len(held))
+	for id := range held {
+		peers[id] = t.peers[id]
+	}
+	closed := t.closed || t.killed
+	t.mu.Unlock()
+	if closed {
+		return
+	}
+	n := t.net
+	for id, msgs := range held {
+		for _, h := range msgs {
+			if cur, ok := peers[id]; !ok || cur.gen != h.peer.gen {
+				continue
+			}
+			n.mu.Lock()
+			n.sendLocked(t.addr, h.peer.addr, h.msg)
+			n.mu.Unlock()
+		}
+	}
+}
+
+// TryRecvLent implements Batcher: Recv that returns ErrRecvTimeout at once
+// when nothing waits. Nothing is lent.
+func (t *memTransport) TryRecvLent() ([]byte, [][]byte, uint64, func(), error) {
+	if t.addr == "" {
+		return nil, nil, 0, nil, fmt.Errorf("van: not bound")
+	}
+	n := t.net
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ep := n.endpoints[t.addr]
+	if ep == nil || ep.dead || ep.owner != t {
+		return nil, nil, 0, nil, ErrClosed
+	}
+	if ep.paused || len(ep.inbox) == 0 {
+		return nil, nil, 0, nil, ErrRecvTimeout
+	}
+	m := ep.inbox[0]
+	ep.inbox[0] = memMsg{}
+	ep.inbox = ep.inbox[1:]
+	close(ep.room)
+	ep.room = make(chan struct{})
+	return m.identity, m.frames, 0, nil, nil
+}
 
 func (t *memTransport) Bind(host string, port, maxRetry int) (int, error) {
 	n := t.net
@@ -544,6 +621,13 @@ func (t *memTransport) send(ctx context.Context, id int, frames [][]byte, wait b
 		total += len(f)
 	}
 	m := memMsg{identity: p.identity, frames: cp}
+	t.mu.Lock()
+	if q, held := t.held[id]; held {
+		t.held[id] = append(q, batchedMsg{peer: p, msg: m})
+		t.mu.Unlock()
+		return total, nil
+	}
+	t.mu.Unlock()
 	n := t.net
 	for {
 		n.mu.Lock()
