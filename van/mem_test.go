@@ -205,3 +205,49 @@ func TestMemSettle(t *testing.T) {
 	cancel()
 	wg.Wait()
 }
+
+// tryAll returns what recv has waiting, without waiting.
+func tryAll(t *testing.T, recv Transport) []string {
+	t.Helper()
+	var got []string
+	for {
+		_, frames, _, _, err := recv.(Batcher).TryRecvLent()
+		if errors.Is(err, ErrRecvTimeout) {
+			return got
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, string(frames[0]))
+	}
+}
+
+// The in-memory network holds what is sent to a held peer, in order, until
+// Flush, and drops what was held for a connection replaced since.
+func TestMemHoldAndFlush(t *testing.T) {
+	n := NewMemNetwork()
+	send, recv := memPair(t, n)
+	b := send.(Batcher)
+	b.Hold(2)
+	sendAll(t, send, 5)
+	if got := tryAll(t, recv); len(got) != 0 {
+		t.Fatalf("received %q while held", got)
+	}
+	b.Flush()
+	if got := fmt.Sprint(tryAll(t, recv)); got != "[0 1 2 3 4]" {
+		t.Fatalf("after the flush: %s", got)
+	}
+	sendAll(t, send, 1) // not held any more
+	if got := fmt.Sprint(tryAll(t, recv)); got != "[0]" {
+		t.Fatalf("after the flush, a send: %s", got)
+	}
+	b.Hold(2)
+	sendAll(t, send, 2)
+	if err := send.Connect(2, "b", 2, "ps9"); err != nil { // replaced
+		t.Fatal(err)
+	}
+	b.Flush()
+	if got := tryAll(t, recv); len(got) != 0 {
+		t.Fatalf("received %q held for the replaced connection", got)
+	}
+}
