@@ -39,9 +39,28 @@ func sendAll(t *testing.T, tr Transport, n int) {
 // drain returns the messages recv gets until it times out.
 func drain(t *testing.T, recv Transport) []string {
 	t.Helper()
+	return receiveAll(t, func() ([][]byte, error) {
+		_, frames, err := recv.Recv()
+		return frames, err
+	})
+}
+
+// tryAll returns what recv has waiting, without waiting.
+func tryAll(t *testing.T, recv Transport) []string {
+	t.Helper()
+	return receiveAll(t, func() ([][]byte, error) {
+		_, frames, _, _, err := recv.(Batcher).TryRecvLent()
+		return frames, err
+	})
+}
+
+// receiveAll returns the first frame of each message next gives until it
+// reports ErrRecvTimeout.
+func receiveAll(t *testing.T, next func() ([][]byte, error)) []string {
+	t.Helper()
 	var got []string
 	for {
-		_, frames, err := recv.Recv()
+		frames, err := next()
 		if errors.Is(err, ErrRecvTimeout) {
 			return got
 		}
@@ -204,22 +223,6 @@ func TestMemSettle(t *testing.T) {
 	mu.Unlock()
 	cancel()
 	wg.Wait()
-}
-
-// tryAll returns what recv has waiting, without waiting.
-func tryAll(t *testing.T, recv Transport) []string {
-	t.Helper()
-	var got []string
-	for {
-		_, frames, _, _, err := recv.(Batcher).TryRecvLent()
-		if errors.Is(err, ErrRecvTimeout) {
-			return got
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, string(frames[0]))
-	}
 }
 
 // The in-memory network holds what is sent to a held peer, in order, until
