@@ -187,20 +187,17 @@ func ownFrames(msg *message.Message) {
 // them back. Without wait (only with a Batcher) it returns ErrRecvTimeout
 // at once when no message waits.
 func (v *Van) recv(wait bool) (ident []byte, frames [][]byte, mask uint64, release func(), err error) {
-	if !wait {
+	switch {
+	case !wait:
 		ident, frames, mask, release, err = v.batcher.TryRecvLent()
-		if release != nil {
-			release = lend(frames, mask, release)
-		}
-		return ident, frames, mask, release, err
+	case v.lender != nil:
+		ident, frames, mask, release, err = v.lender.RecvLent()
+	default:
+		ident, frames, err = v.tr.Recv()
+		return ident, frames, 0, nil, err
 	}
-	if l, ok := v.tr.(Lender); ok {
-		ident, frames, mask, release, err = l.RecvLent()
-		if release != nil {
-			release = lend(frames, mask, release)
-		}
-		return ident, frames, mask, release, err
+	if release != nil {
+		release = lend(frames, mask, release)
 	}
-	ident, frames, err = v.tr.Recv()
-	return ident, frames, 0, nil, err
+	return ident, frames, mask, release, err
 }

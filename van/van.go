@@ -174,6 +174,7 @@ type Van struct {
 
 	dropRate atomic.Int32       // percent of received messages to drop once ready
 	batcher  Batcher            // tr, when it is one; else nil
+	lender   Lender             // tr, when it is one; else nil
 	held     int                // data messages handled since the last flush; owned like rng
 	heldLast int32              // the sender held last, while held > 0; owned like rng
 	rng      *rand.Rand         // owned by the goroutine running the receive loop
@@ -221,6 +222,7 @@ func New(cfg Config, tr Transport, h Handler, log zerolog.Logger) (*Van, error) 
 		rng:      rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7)),
 	}
 	v.batcher, _ = tr.(Batcher)
+	v.lender, _ = tr.(Lender)
 	_, connEvents := tr.(ConnectionReporter)
 	core, err := control.New(control.Config{
 		Role:              cfg.Role,
