@@ -47,3 +47,33 @@ func BenchmarkValuesUnaligned(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAppendEncodeDataMeta is the van's encoding: into a buffer it
+// reuses.
+func BenchmarkAppendEncodeDataMeta(b *testing.B) {
+	m := Meta{Head: 0, AppID: 0, CustomerID: 0, Timestamp: 1234, Request: true, Push: true,
+		DataTypes: []DataType{Uint64, Float}, DataSize: 12000, Recver: 8, Sender: Empty}
+	var buf [96]byte
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := AppendEncode(buf[:0], &m); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkMessageDecodeMeta is the van's decoding: into the received
+// message, its data types in the message's own room.
+func BenchmarkMessageDecodeMeta(b *testing.B) {
+	m := Meta{Head: 0, AppID: 0, CustomerID: 0, Timestamp: 1234, Request: true, Push: true,
+		DataTypes: []DataType{Uint64, Float}, DataSize: 12000}
+	buf, _ := Encode(&m)
+	var msg Message
+	b.ReportAllocs()
+	b.SetBytes(int64(len(buf)))
+	for i := 0; i < b.N; i++ {
+		if err := msg.DecodeMeta(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -28,6 +28,15 @@ func Encode(m *Meta) ([]byte, error) {
 	return appendDataMeta(make([]byte, 0, dataMetaSize(m)), m), nil
 }
 
+// AppendEncode appends Encode's bytes for m to b, so that a caller can
+// encode into a buffer it reuses.
+func AppendEncode(b []byte, m *Meta) ([]byte, error) {
+	if m.IsControl() {
+		return proto.MarshalOptions{}.MarshalAppend(b, toPB(m))
+	}
+	return appendDataMeta(b, m), nil
+}
+
 // PBMeta's field numbers (message/pb/meta.proto).
 const (
 	fieldHead       protowire.Number = 1
@@ -50,13 +59,26 @@ const (
 func int32Size(v int32) int { return protowire.SizeVarint(uint64(v)) }
 
 func appendInt32(b []byte, num protowire.Number, v int32) []byte {
-	b = protowire.AppendTag(b, num, protowire.VarintType)
-	return protowire.AppendVarint(b, uint64(v))
+	return appendVarint(append(b, tag(num, protowire.VarintType)), uint64(v))
 }
 
 func appendBool(b []byte, num protowire.Number, v bool) []byte {
-	b = protowire.AppendTag(b, num, protowire.VarintType)
-	return protowire.AppendVarint(b, protowire.EncodeBool(v))
+	x := byte(0)
+	if v {
+		x = 1
+	}
+	return append(b, tag(num, protowire.VarintType), x)
+}
+
+// tag is the one-byte tag of a field numbered below 16.
+func tag(num protowire.Number, typ protowire.Type) byte { return byte(num)<<3 | byte(typ) }
+
+// appendVarint is protowire.AppendVarint, inlined for values below 128.
+func appendVarint(b []byte, v uint64) []byte {
+	if v < 0x80 {
+		return append(b, byte(v))
+	}
+	return protowire.AppendVarint(b, v)
 }
 
 // dataMetaSize returns the encoded size of a data meta (every tag here is one
@@ -90,7 +112,7 @@ func packedSize(ds []DataType) int {
 func appendDataMeta(b []byte, m *Meta) []byte {
 	b = appendInt32(b, fieldHead, m.Head)
 	if len(m.Body) > 0 {
-		b = protowire.AppendTag(b, fieldBody, protowire.BytesType)
+		b = append(b, tag(fieldBody, protowire.BytesType))
 		b = protowire.AppendBytes(b, m.Body)
 	}
 	b = appendBool(b, fieldRequest, m.Request)
@@ -103,10 +125,10 @@ func appendDataMeta(b []byte, m *Meta) []byte {
 		b = appendInt32(b, fieldTimestamp, m.Timestamp)
 	}
 	if len(m.DataTypes) > 0 {
-		b = protowire.AppendTag(b, fieldDataType, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(packedSize(m.DataTypes)))
+		b = append(b, tag(fieldDataType, protowire.BytesType))
+		b = appendVarint(b, uint64(packedSize(m.DataTypes)))
 		for _, d := range m.DataTypes {
-			b = protowire.AppendVarint(b, uint64(int32(d)))
+			b = appendVarint(b, uint64(int32(d)))
 		}
 	}
 	b = appendInt32(b, fieldCustomerID, m.CustomerID)
@@ -175,34 +197,65 @@ func toPB(m *Meta) *pb.PBMeta {
 // an unknown one skipped); one with a control goes through the generated
 // code. Both give what the generated code alone would (FuzzDecodeFast).
 func Decode(b []byte) (Meta, error) {
-	if m, ok, err := decodeDataMeta(b); ok {
+	var m Meta
+	if ok, err := decodeDataMeta(&m, b, nil); ok {
 		return m, err
 	}
 	return decodeGenerated(b)
+}
+
+// DecodeMeta is Decode into m.Meta; a data message's types take m's own
+// room when they are few, as AddData's do. On error m.Meta is left zero.
+func (m *Message) DecodeMeta(b []byte) error {
+	ok, err := decodeDataMeta(&m.Meta, b, m.inlineTypes[:0])
+	if ok {
+		return err
+	}
+	m.Meta, err = decodeGenerated(b)
+	return err
 }
 
 // errDecode is protowire's error for a negative length from its Consume
 // functions.
 func errDecode(n int) error { return fmt.Errorf("%w: %v", ErrBadMeta, protowire.ParseError(n)) }
 
-// decodeDataMeta decodes a meta without a control field; ok is false when
-// it meets one (the caller then uses the generated code).
-func decodeDataMeta(b []byte) (m Meta, ok bool, err error) {
-	m = Meta{AppID: Empty, Timestamp: Empty, Sender: Empty, Recver: Empty}
+// decodeDataMeta decodes a meta without a control field into *out, its data
+// types appended to types; ok is false when it meets a control field (the
+// caller then uses the generated code). On error, or when not ok, *out is
+// zero.
+func decodeDataMeta(out *Meta, b []byte, types []DataType) (ok bool, err error) {
+	ok, err = decodeData(out, b, types)
+	if !ok || err != nil {
+		*out = Meta{}
+	}
+	return ok, err
+}
+
+// decodeData is decodeDataMeta, leaving what it has decoded in *m when it
+// fails.
+func decodeData(m *Meta, b []byte, types []DataType) (ok bool, err error) {
+	*m = Meta{AppID: Empty, Timestamp: Empty, Sender: Empty, Recver: Empty, DataTypes: types}
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return Meta{}, true, errDecode(n)
+		var num protowire.Number
+		var typ protowire.Type
+		n := 1
+		if c := b[0]; c < 0x80 && c >= 1<<3 { // one-byte tag (inlined)
+			num, typ = protowire.Number(c>>3), protowire.Type(c&7)
+		} else if num, typ, n = protowire.ConsumeTag(b); n < 0 {
+			return true, errDecode(n)
 		}
 		if num > protowire.MaxValidNumber {
-			return Meta{}, true, fmt.Errorf("%w: field number %d", ErrBadMeta, num)
+			return true, fmt.Errorf("%w: field number %d", ErrBadMeta, num)
 		}
 		b = b[n:]
 		switch {
 		case typ == protowire.VarintType && num != fieldBody && num != fieldControl && num <= fieldPriority:
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return Meta{}, true, errDecode(n)
+			var v uint64
+			n := 1
+			if len(b) > 0 && b[0] < 0x80 { // one-byte value (inlined)
+				v = uint64(b[0])
+			} else if v, n = protowire.ConsumeVarint(b); n < 0 {
+				return true, errDecode(n)
 			}
 			b = b[n:]
 			switch num {
@@ -231,11 +284,11 @@ func decodeDataMeta(b []byte) (m Meta, ok bool, err error) {
 			}
 		case typ == protowire.BytesType && (num == fieldBody || num == fieldControl || num == fieldDataType):
 			if num == fieldControl {
-				return Meta{}, false, nil
+				return false, nil
 			}
 			v, n := protowire.ConsumeBytes(b)
 			if n < 0 {
-				return Meta{}, true, errDecode(n)
+				return true, errDecode(n)
 			}
 			b = b[n:]
 			if num == fieldBody {
@@ -245,7 +298,7 @@ func decodeDataMeta(b []byte) (m Meta, ok bool, err error) {
 			for len(v) > 0 {
 				d, n := protowire.ConsumeVarint(v)
 				if n < 0 {
-					return Meta{}, true, errDecode(n)
+					return true, errDecode(n)
 				}
 				v = v[n:]
 				m.DataTypes = append(m.DataTypes, DataType(int32(d)))
@@ -253,17 +306,20 @@ func decodeDataMeta(b []byte) (m Meta, ok bool, err error) {
 		default: // unknown, or a known field with another wire type
 			n := protowire.ConsumeFieldValue(num, typ, b)
 			if n < 0 {
-				return Meta{}, true, errDecode(n)
+				return true, errDecode(n)
 			}
 			b = b[n:]
 		}
 	}
 	for _, d := range m.DataTypes {
 		if d < 0 || d > Other {
-			return Meta{}, true, fmt.Errorf("%w: unknown data type %d", ErrBadMeta, d)
+			return true, fmt.Errorf("%w: unknown data type %d", ErrBadMeta, d)
 		}
 	}
-	return m, true, nil
+	if len(m.DataTypes) == 0 {
+		m.DataTypes = nil
+	}
+	return true, nil
 }
 
 // decodeGenerated decodes any meta with the generated code.

@@ -159,6 +159,11 @@ func FuzzDecodeFast(f *testing.F) {
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("Decode(% x):\n got %+v\nwant %+v", in, got, want)
 		}
+		// The van's way: into a message, over what it held before.
+		msg := Message{Meta: Meta{Head: 7, DataTypes: []DataType{Int8}}}
+		if err := msg.DecodeMeta(in); err != nil || !reflect.DeepEqual(msg.Meta, want) {
+			t.Fatalf("DecodeMeta(% x): %v\n got %+v\nwant %+v", in, err, msg.Meta, want)
+		}
 	})
 }
 
@@ -197,6 +202,11 @@ func TestEncodeDataMetaMatchesGenerated(t *testing.T) {
 		want, err := proto.Marshal(toPB(&m))
 		if err != nil {
 			t.Fatal(err)
+		}
+		prefix := []byte{0xab, 0xcd}
+		appended, err := AppendEncode(prefix, &m)
+		if err != nil || !bytes.Equal(appended[:2], prefix) || !bytes.Equal(appended[2:], want) {
+			t.Fatalf("AppendEncode(%+v) = % x, %v; want % x after the prefix", m, appended, err, want)
 		}
 		if !bytes.Equal(got, want) {
 			t.Fatalf("meta %+v:\n got % x\nwant % x", m, got, want)

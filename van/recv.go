@@ -357,15 +357,14 @@ func (v *Van) decode(ident []byte, frames [][]byte) (*message.Message, error) {
 		n += int64(len(f))
 	}
 	v.recvBytes.Add(n + int64(len(ident)))
-	meta, err := message.Decode(frames[0])
-	if err != nil {
+	msg := &message.Message{Data: frames[1:]}
+	if err := msg.DecodeMeta(frames[0]); err != nil {
 		return nil, err
 	}
-	meta.Sender = ParseIdentity(ident)
-	meta.Recver = v.MyNode().ID
-	msg := &message.Message{Meta: meta, Data: frames[1:]}
-	if len(msg.Data) > 0 && len(meta.DataTypes) != len(msg.Data) {
-		return nil, fmt.Errorf("%d data frames but %d data types", len(msg.Data), len(meta.DataTypes))
+	msg.Meta.Sender = ParseIdentity(ident)
+	msg.Meta.Recver = v.MyNode().ID
+	if len(msg.Data) > 0 && len(msg.Meta.DataTypes) != len(msg.Data) {
+		return nil, fmt.Errorf("%d data frames but %d data types", len(msg.Data), len(msg.Meta.DataTypes))
 	}
 	return msg, nil
 }

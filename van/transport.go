@@ -71,7 +71,9 @@ type Transport interface {
 	// connection is replaced or closed (ErrPeerClosed), or the transport
 	// closes. When shared is true the transport may send frames without
 	// copying them, reading them after Send returns: the caller must not
-	// change them any more (see message.Message.ZeroCopy).
+	// change them any more (see message.Message.ZeroCopy). Either way, the
+	// caller may reuse the list and its first frame (the meta) once Send
+	// returns.
 	Send(ctx context.Context, id int, frames [][]byte, shared bool) (int, error)
 	// TrySend is Send that never waits: it queues small control messages
 	// even on a full queue, up to a hard limit, past which it returns

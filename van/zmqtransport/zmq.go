@@ -526,18 +526,17 @@ func (t *Transport) send(ctx context.Context, id int, frames [][]byte, shared bo
 	// Queue it: the writer sends it after what is queued already.
 	var m outMsg
 	if !small {
-		m = outMsg{frames: frames, shared: shared}
+		m = outMsg{shared: shared}
 		if !shared {
 			m.frames = copyFrames(frames, total)
 		} else {
-			copied := false
+			// The caller may reuse its list and small frames (the van
+			// its meta buffer) once Send returns; lent memory is the
+			// handler's only until it returns. Those are copied, the
+			// large shared frames not.
+			m.frames = append([][]byte(nil), frames...)
 			for i, f := range frames {
-				// Lent memory is the handler's only until it returns: a
-				// frame of it that waits in the queue is copied.
-				if len(f) >= zeroCopyMin && van.IsLent(f) {
-					if !copied { // the caller's list stays as it was
-						m.frames, copied = append([][]byte(nil), frames...), true
-					}
+				if len(f) < zeroCopyMin || van.IsLent(f) {
 					m.frames[i] = message.Clone(f)
 				}
 			}
