@@ -22,7 +22,7 @@ type Tracker struct {
 	mu      sync.Mutex
 	next    int32
 	source  func() int32 // hands out timestamps; nil: next
-	pending map[int32]*request
+	pending map[int32]request
 	// failed remembers errors of failed requests until someone waits on
 	// them; failOrder lists them oldest first for eviction past maxFailures.
 	// An entry of failOrder whose seq no longer matches failed is stale.
@@ -49,7 +49,7 @@ type request struct {
 
 // NewTracker returns an empty tracker whose first timestamp is 0.
 func NewTracker() *Tracker {
-	return &Tracker{pending: make(map[int32]*request), failed: make(map[int32]failure)}
+	return &Tracker{pending: make(map[int32]request), failed: make(map[int32]failure)}
 }
 
 // NewSharedTracker returns an empty tracker that draws its timestamps from
@@ -86,7 +86,7 @@ func (t *Tracker) NewRequest(expected int) (int, error) {
 		if expected <= 0 {
 			return int(ts), nil // nothing to wait for: finished already
 		}
-		t.pending[ts] = &request{expected: expected}
+		t.pending[ts] = request{expected: expected}
 		return int(ts), nil
 	}
 	return 0, ErrTooManyRequests
@@ -134,6 +134,8 @@ func (t *Tracker) AddResponse(ts, num int) bool {
 	r.got += num
 	if r.got >= r.expected {
 		t.finishLocked(int32(ts), r)
+	} else {
+		t.pending[int32(ts)] = r
 	}
 	return true
 }
@@ -186,7 +188,7 @@ func (t *Tracker) FailAll(err error) {
 	}
 }
 
-func (t *Tracker) finishLocked(ts int32, r *request) {
+func (t *Tracker) finishLocked(ts int32, r request) {
 	delete(t.pending, ts)
 	if r.done != nil {
 		close(r.done)
@@ -213,13 +215,18 @@ func (t *Tracker) WaitContext(ctx context.Context, ts int) error {
 	}
 	if r.done == nil {
 		r.done = make(chan struct{})
+		t.pending[int32(ts)] = r
 	}
 	done := r.done
 	t.mu.Unlock()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return ctx.Err()
+	if stop := ctx.Done(); stop == nil {
+		<-done // (a select costs more)
+	} else {
+		select {
+		case <-done:
+		case <-stop:
+			return ctx.Err()
+		}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()

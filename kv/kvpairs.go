@@ -70,7 +70,12 @@ var ErrUnsortedKeys = errors.New("kv: keys must be sorted in ascending order")
 // DefaultSlicer sends each key to the server whose range holds it. Keys must
 // be sorted ascending; the parts share memory with kvs.
 func DefaultSlicer[V message.Value](kvs KVPairs[V], ranges []postoffice.Range) ([]KVPairs[V], error) {
-	parts := make([]KVPairs[V], len(ranges))
+	return sliceInto(make([]KVPairs[V], len(ranges)), kvs, ranges)
+}
+
+// sliceInto is DefaultSlicer into parts, which holds len(ranges) empty
+// KVPairs (a worker's own, often on its stack).
+func sliceInto[V message.Value](parts []KVPairs[V], kvs KVPairs[V], ranges []postoffice.Range) ([]KVPairs[V], error) {
 	keys := kvs.Keys
 	if len(keys) == 0 {
 		return parts, nil

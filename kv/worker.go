@@ -53,22 +53,27 @@ func collect(opts []Option) reqOptions {
 type KVWorker[V message.Value] struct {
 	*SimpleApp
 
-	mu        sync.Mutex // guards callbacks, pulls, waiting and slicer
-	callbacks map[int]func() error
-	pulls     map[int][]pullPart[V]
-	// waiting holds, per unfinished request, the ranks of the servers that
-	// have not answered yet, so that a lost server fails exactly the
-	// requests that wait on it.
-	waiting map[int][]int
-	slicer  Slicer[V]
-	// started holds each unfinished request's kind and start, when
-	// metrics are on.
-	started map[int]startedReq
+	mu sync.Mutex // guards reqs, slicer and custom
+	// reqs holds what the worker keeps of each unfinished request that
+	// went to some server, by timestamp.
+	reqs   map[int]*request[V]
+	slicer Slicer[V]
+	custom bool // slicer is not DefaultSlicer
 }
 
-type startedReq struct {
-	kind string
-	at   time.Time
+// request is what a worker keeps of an unfinished request.
+type request[V message.Value] struct {
+	// waiting lists the ranks of the servers that have not answered yet,
+	// so that a lost server fails exactly the requests that wait on it.
+	waiting []int
+	room    [2]int // waiting's own room, for requests to one or two servers
+	pull    bool
+	dest    pullDest[V]   // where a pull's values go
+	parts   []pullPart[V] // the pull's answers so far
+	part    [1]pullPart[V]
+	cb      func() // the user's callback, or nil
+	kind    string // for metrics: the request's kind and start
+	at      time.Time
 }
 
 // ErrServerLost is the error of requests waiting on a server whose
@@ -80,10 +85,7 @@ var ErrServerLost = errors.New("kv: server lost")
 func NewKVWorker[V message.Value](po *postoffice.Postoffice, appID, customerID int) (*KVWorker[V], error) {
 	w := &KVWorker[V]{
 		SimpleApp: newSimpleApp(po),
-		callbacks: make(map[int]func() error),
-		pulls:     make(map[int][]pullPart[V]),
-		waiting:   make(map[int][]int),
-		started:   make(map[int]startedReq),
+		reqs:      make(map[int]*request[V]),
 		slicer:    DefaultSlicer[V],
 	}
 	if err := w.register(appID, customerID, w.process); err != nil {
@@ -132,8 +134,8 @@ func (w *KVWorker[V]) accept(msg *message.Message) error {
 	}
 	sender := int(msg.Meta.Sender)
 	w.mu.Lock()
-	ranks, ok := w.waiting[int(msg.Meta.Timestamp)]
-	waits := ok && message.IsServerID(sender) && slices.Contains(ranks, message.IDToRank(sender))
+	r, ok := w.reqs[int(msg.Meta.Timestamp)]
+	waits := ok && message.IsServerID(sender) && slices.Contains(r.waiting, message.IDToRank(sender))
 	w.mu.Unlock()
 	if !waits {
 		return fmt.Errorf("request %d does not wait for a response from %s", msg.Meta.Timestamp, message.DescribeID(sender))
@@ -149,8 +151,8 @@ func (w *KVWorker[V]) nodeDown(id int) {
 	rank := message.IDToRank(id)
 	var lost []int
 	w.mu.Lock()
-	for ts, ranks := range w.waiting {
-		if slices.Contains(ranks, rank) {
+	for ts, r := range w.reqs {
+		if slices.Contains(r.waiting, rank) {
 			lost = append(lost, ts)
 		}
 	}
@@ -169,7 +171,7 @@ func (w *KVWorker[V]) SetSlicer(s Slicer[V]) error {
 		return fmt.Errorf("kv: nil slicer")
 	}
 	w.mu.Lock()
-	w.slicer = s
+	w.slicer, w.custom = s, true
 	w.mu.Unlock()
 	return nil
 }
@@ -189,7 +191,7 @@ func (w *KVWorker[V]) ZPush(keys []uint64, vals []V, lens []int32, opts ...Optio
 	if err := kvs.Check(true); err != nil {
 		return 0, err
 	}
-	return w.send(true, false, o, kvs, nil)
+	return w.send(true, false, o, kvs, pullDest[V]{})
 }
 
 // Pull fetches the values of keys into *vals (and the number of values of
@@ -213,7 +215,7 @@ func (w *KVWorker[V]) ZPull(keys []uint64, vals *[]V, lens *[]int32, opts ...Opt
 		// request, which tells a server that the puller wants lens back.
 		req.Lens = *lens
 	}
-	return w.send(false, true, o, req, &pullDest[V]{keys: keys, vals: vals, lens: lens})
+	return w.send(false, true, o, req, pullDest[V]{keys: keys, vals: vals, lens: lens})
 }
 
 // PushPull pushes vals and pulls the resulting values into *outs in one round
@@ -246,7 +248,7 @@ func (w *KVWorker[V]) pushPull(keys []uint64, vals []V, send []int32, outs *[]V,
 	if err := kvs.Check(true); err != nil {
 		return 0, err
 	}
-	return w.send(true, true, o, kvs, &pullDest[V]{keys: keys, vals: outs, lens: lensOut})
+	return w.send(true, true, o, kvs, pullDest[V]{keys: keys, vals: outs, lens: lensOut})
 }
 
 // Wait blocks until request ts has finished and returns its error.
@@ -263,12 +265,25 @@ type pullDest[V message.Value] struct {
 	lens *[]int32
 }
 
-func (w *KVWorker[V]) send(push, pull bool, o reqOptions, kvs KVPairs[V], dest *pullDest[V]) (int, error) {
+// maxStackParts is the most servers whose parts of a request the default
+// slicer writes to the stack.
+const maxStackParts = 8
+
+// send slices a request (a pull when pull is true, into dest) and sends
+// its parts.
+func (w *KVWorker[V]) send(push, pull bool, o reqOptions, kvs KVPairs[V], dest pullDest[V]) (int, error) {
 	w.mu.Lock()
-	slicer := w.slicer
+	slicer, custom := w.slicer, w.custom
 	w.mu.Unlock()
 	ranges := w.po.ServerKeyRanges()
-	parts, err := slicer(kvs, ranges)
+	var parts []KVPairs[V]
+	var err error
+	var room [maxStackParts]KVPairs[V]
+	if !custom && len(ranges) <= len(room) {
+		parts, err = sliceInto(room[:len(ranges)], kvs, ranges)
+	} else {
+		parts, err = slicer(kvs, ranges)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -279,46 +294,29 @@ func (w *KVWorker[V]) send(push, pull bool, o reqOptions, kvs KVPairs[V], dest *
 	if err != nil {
 		return 0, err
 	}
-	var cb func() error
-	switch userCB := o.cb; {
-	case dest != nil:
-		cb = func() error {
-			err := w.assemble(ts, dest)
-			if userCB != nil && err == nil {
-				userCB()
-			}
-			return err
-		}
-	case userCB != nil:
-		cb = func() error { userCB(); return nil }
-	}
+	r := &request[V]{pull: pull, dest: dest, cb: o.cb}
+	r.waiting, r.parts = r.room[:0], r.part[:0]
 	skipped := 0
-	ranks := make([]int, 0, len(parts))
 	for i, p := range parts {
 		if len(p.Keys) == 0 {
 			skipped++
 		} else {
-			ranks = append(ranks, i)
+			r.waiting = append(r.waiting, i)
 		}
 	}
 	m := w.po.Metrics()
 	kind := metrics.RequestKind(push, pull, false)
-	w.mu.Lock()
-	if cb != nil {
-		w.callbacks[ts] = cb
-	}
-	if len(ranks) > 0 {
-		w.waiting[ts] = ranks
-		if m != nil {
-			w.started[ts] = startedReq{kind, time.Now()}
-		}
-	}
-	w.mu.Unlock()
 	if skipped == len(parts) {
-		w.runCallback(ts)
+		w.finish(ts, r)
 		w.cust.AddResponse(ts, skipped)
 		return ts, nil
 	}
+	if m != nil {
+		r.kind, r.at = kind, time.Now()
+	}
+	w.mu.Lock()
+	w.reqs[ts] = r
+	w.mu.Unlock()
 	if skipped > 0 {
 		w.cust.AddResponse(ts, skipped)
 	}
@@ -355,25 +353,23 @@ func (w *KVWorker[V]) send(push, pull bool, o reqOptions, kvs KVPairs[V], dest *
 
 func (w *KVWorker[V]) dropRequest(ts int) {
 	w.mu.Lock()
-	delete(w.callbacks, ts)
-	delete(w.pulls, ts)
-	delete(w.waiting, ts)
-	delete(w.started, ts)
+	delete(w.reqs, ts)
 	w.mu.Unlock()
 }
 
-// runCallback runs and forgets ts's callback; a failing callback fails ts.
-func (w *KVWorker[V]) runCallback(ts int) {
-	w.mu.Lock()
-	cb := w.callbacks[ts]
-	delete(w.callbacks, ts)
-	w.mu.Unlock()
-	if cb == nil {
-		return
+// finish completes request ts, which has all its answers: it puts a pull's
+// values in place and runs the callback. A pull whose answers do not fit
+// fails ts (and runs no callback).
+func (w *KVWorker[V]) finish(ts int, r *request[V]) {
+	if r.pull {
+		if err := w.assemble(r); err != nil {
+			w.log().Warn().Err(err).Int("timestamp", ts).Msg("request failed")
+			w.cust.Tracker().Fail(ts, err)
+			return
+		}
 	}
-	if err := cb(); err != nil {
-		w.log().Warn().Err(err).Int("timestamp", ts).Msg("request failed")
-		w.cust.Tracker().Fail(ts, err)
+	if r.cb != nil {
+		r.cb()
 	}
 }
 
@@ -384,19 +380,6 @@ func (w *KVWorker[V]) process(msg *message.Message) {
 		return
 	}
 	ts := int(msg.Meta.Timestamp)
-	w.mu.Lock()
-	if ranks, ok := w.waiting[ts]; ok {
-		ranks = slices.DeleteFunc(ranks, func(r int) bool { return r == message.IDToRank(int(msg.Meta.Sender)) })
-		w.waiting[ts] = ranks
-		if len(ranks) == 0 {
-			delete(w.waiting, ts)
-			if s, ok := w.started[ts]; ok {
-				delete(w.started, ts)
-				w.po.Metrics().WorkerLatency(s.kind, time.Since(s.at))
-			}
-		}
-	}
-	w.mu.Unlock()
 	if text, ok := strings.CutPrefix(string(msg.Meta.Body), errorBody); ok {
 		err := fmt.Errorf("kv: %s refused request %d: %s", message.DescribeID(int(msg.Meta.Sender)), ts, text)
 		w.log().Warn().Err(err).Msg("failing the request")
@@ -404,6 +387,7 @@ func (w *KVWorker[V]) process(msg *message.Message) {
 		w.cust.Tracker().Fail(ts, err)
 		return
 	}
+	var part pullPart[V]
 	if msg.Meta.Pull {
 		kvs, err := decodeKVs[V](msg, true)
 		if err == nil && len(kvs.Keys) == 0 {
@@ -417,26 +401,40 @@ func (w *KVWorker[V]) process(msg *message.Message) {
 			return
 		}
 		n := len(kvs.Keys)
-		part := pullPart[V]{first: kvs.Keys[0], last: kvs.Keys[n-1], keys: n,
+		part = pullPart[V]{first: kvs.Keys[0], last: kvs.Keys[n-1], keys: n,
 			vals: ownSlice(kvs.Vals, msg.IsLent(1)), lens: ownSlice(kvs.Lens, msg.IsLent(2))}
-		w.mu.Lock()
-		w.pulls[ts] = append(w.pulls[ts], part)
+	}
+	rank := message.IDToRank(int(msg.Meta.Sender))
+	w.mu.Lock()
+	r, ok := w.reqs[ts]
+	if !ok { // failed meanwhile
 		w.mu.Unlock()
+		return
 	}
-	got, expected, ok := w.cust.Tracker().NumResponse(ts)
-	if ok && got == expected-1 {
-		w.runCallback(ts)
+	r.waiting = slices.DeleteFunc(r.waiting, func(x int) bool { return x == rank })
+	if msg.Meta.Pull {
+		r.parts = append(r.parts, part)
 	}
+	last := len(r.waiting) == 0
+	if last {
+		delete(w.reqs, ts)
+	}
+	w.mu.Unlock()
+	if !last {
+		return
+	}
+	if !r.at.IsZero() {
+		w.po.Metrics().WorkerLatency(r.kind, time.Since(r.at))
+	}
+	w.finish(ts, r)
 }
 
 func (w *KVWorker[V]) log() *zerolog.Logger { l := w.po.Logger(); return &l }
 
-// assemble copies the pulled parts of ts into dest, in key order.
-func (w *KVWorker[V]) assemble(ts int, dest *pullDest[V]) error {
-	w.mu.Lock()
-	parts := w.pulls[ts]
-	delete(w.pulls, ts)
-	w.mu.Unlock()
+// assemble copies the pulled parts of r into its destination, in key
+// order.
+func (w *KVWorker[V]) assemble(r *request[V]) error {
+	parts, dest := r.parts, &r.dest
 	sort.Slice(parts, func(i, j int) bool { return parts[i].first < parts[j].first })
 	totalKeys, totalVals := 0, 0
 	for _, p := range parts {

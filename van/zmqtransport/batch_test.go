@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"syscall"
 	"testing"
+	"unsafe"
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
@@ -201,6 +202,14 @@ func TestRecvBatches(t *testing.T) {
 		}
 		if err := sameFrames(frames[1:], want); err != nil {
 			t.Fatalf("message %d: %v", i, err)
+		}
+		for j, f := range frames {
+			// Packed frames start 8-aligned, so keys and values are read
+			// in place (the pack itself is a Go allocation of 16 bytes
+			// or more, which is 8-aligned).
+			if len(f) > 0 && mask&(1<<j) == 0 && uintptr(unsafe.Pointer(unsafe.SliceData(f)))%8 != 0 {
+				t.Fatalf("message %d: frame %d of %d bytes not 8-aligned", i, j, len(f))
+			}
 		}
 		last := len(frames) - 1
 		if lent := mask&(1<<last) != 0; lent != (len(frames[last]) >= zeroCopyMin) {

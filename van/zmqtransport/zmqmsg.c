@@ -222,10 +222,13 @@ static int recv_one(void *sock, pslite_reader *r, int flags) {
 			r->open = r->count;
 			r->size[i] = (size_t)rc;
 			r->packed[i] = -1;
-			if ((size_t)rc <= PSLITE_PACK_MAX && r->used + (size_t)rc <= r->pack_cap) {
-				memcpy(r->pack + r->used, zmq_msg_data(m), (size_t)rc);
-				r->packed[i] = (long long)r->used;
-				r->used += (size_t)rc;
+			// Each frame starts 8-aligned, so that its keys and values
+			// can be read in place.
+			size_t at = (r->used + 7) & ~(size_t)7;
+			if ((size_t)rc <= PSLITE_PACK_MAX && at + (size_t)rc <= r->pack_cap) {
+				memcpy(r->pack + at, zmq_msg_data(m), (size_t)rc);
+				r->packed[i] = (long long)at;
+				r->used = at + (size_t)rc;
 				zmq_msg_close(m); // copied: give it back now
 				zmq_msg_init(m);
 			} else {

@@ -34,7 +34,7 @@ long long pslite_send_pack(void *sock, const char *buf, const uint32_t *sizes, i
 // pslite_reader receives whole messages, a batch of them with one call:
 // the first message, then as many more as have arrived already, as long as
 // every frame so far was small and there is room. Frames of at most
-// PSLITE_PACK_MAX bytes are copied, one after the other, into pack (and
+// PSLITE_PACK_MAX bytes are copied, one after the other (each 8-aligned), into pack (and
 // given back to libzmq), so that Go copies them all at once; the other
 // frames (only in a batch's last message) stay open in msgs until the next
 // call or pslite_reader_release.
