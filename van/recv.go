@@ -134,6 +134,15 @@ func (v *Van) next() (ident []byte, frames [][]byte, mask uint64, release func()
 		}
 	}
 	v.flush()
+	if v.yield {
+		// A response handled since the loop last waited has likely
+		// readied the goroutine waiting for it. Yield, so that it runs on
+		// this thread now, instead of waiting for another thread to wake
+		// while this one blocks in the receive; once per run of messages,
+		// not per response.
+		v.yield = false
+		runtime.Gosched()
+	}
 	return v.recv(true)
 }
 
@@ -270,10 +279,7 @@ func (v *Van) dispatch(msg *message.Message) bool {
 	seq := v.inHandler.Add(1) // odd: in the handler
 	v.handler.HandleData(msg)
 	if !msg.Meta.Request {
-		// A response usually readies the goroutine waiting for it. Yield,
-		// so that it runs on this thread now instead of waiting for another
-		// thread to wake while this one blocks in the next receive.
-		runtime.Gosched()
+		v.yield = true // see next
 	}
 	return v.inHandler.CompareAndSwap(seq, seq+1)
 }

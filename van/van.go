@@ -177,6 +177,7 @@ type Van struct {
 	lender   Lender             // tr, when it is one; else nil
 	held     int                // data messages handled since the last flush; owned like rng
 	heldLast int32              // the sender held last, while held > 0; owned like rng
+	yield    bool               // a response was handled since the loop last waited; owned like rng
 	rng      *rand.Rand         // owned by the goroutine running the receive loop
 	early    []*message.Message // data received before the node was ready; owned like rng
 	downMu   sync.Mutex         // guards down
