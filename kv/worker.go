@@ -66,14 +66,18 @@ type request[V message.Value] struct {
 	// waiting lists the ranks of the servers that have not answered yet,
 	// so that a lost server fails exactly the requests that wait on it.
 	waiting []int
-	room    [2]int // waiting's own room, for requests to one or two servers
-	pull    bool
-	dest    pullDest[V]   // where a pull's values go
-	parts   []pullPart[V] // the pull's answers so far
-	part    [1]pullPart[V]
-	cb      func() // the user's callback, or nil
-	kind    string // for metrics: the request's kind and start
+	room    [2]int      // waiting's own room, for requests to one or two servers
+	pull    *pulling[V] // nil for a push
+	cb      func()      // the user's callback, or nil
+	kind    string      // for metrics: the request's kind and start
 	at      time.Time
+}
+
+// pulling is what a worker keeps of an unfinished pull.
+type pulling[V message.Value] struct {
+	dest  pullDest[V]   // where the values go
+	parts []pullPart[V] // the answers so far
+	part  [1]pullPart[V]
 }
 
 // ErrServerLost is the error of requests waiting on a server whose
@@ -294,8 +298,12 @@ func (w *KVWorker[V]) send(push, pull bool, o reqOptions, kvs KVPairs[V], dest p
 	if err != nil {
 		return 0, err
 	}
-	r := &request[V]{pull: pull, dest: dest, cb: o.cb}
-	r.waiting, r.parts = r.room[:0], r.part[:0]
+	r := &request[V]{cb: o.cb}
+	r.waiting = r.room[:0]
+	if pull {
+		r.pull = &pulling[V]{dest: dest}
+		r.pull.parts = r.pull.part[:0]
+	}
 	skipped := 0
 	for i, p := range parts {
 		if len(p.Keys) == 0 {
@@ -361,8 +369,8 @@ func (w *KVWorker[V]) dropRequest(ts int) {
 // values in place and runs the callback. A pull whose answers do not fit
 // fails ts (and runs no callback).
 func (w *KVWorker[V]) finish(ts int, r *request[V]) {
-	if r.pull {
-		if err := w.assemble(r); err != nil {
+	if r.pull != nil {
+		if err := w.assemble(r.pull); err != nil {
 			w.log().Warn().Err(err).Int("timestamp", ts).Msg("request failed")
 			w.cust.Tracker().Fail(ts, err)
 			return
@@ -412,8 +420,8 @@ func (w *KVWorker[V]) process(msg *message.Message) {
 		return
 	}
 	r.waiting = slices.DeleteFunc(r.waiting, func(x int) bool { return x == rank })
-	if msg.Meta.Pull {
-		r.parts = append(r.parts, part)
+	if msg.Meta.Pull && r.pull != nil { // (values answering a push are ignored)
+		r.pull.parts = append(r.pull.parts, part)
 	}
 	last := len(r.waiting) == 0
 	if last {
@@ -431,10 +439,10 @@ func (w *KVWorker[V]) process(msg *message.Message) {
 
 func (w *KVWorker[V]) log() *zerolog.Logger { l := w.po.Logger(); return &l }
 
-// assemble copies the pulled parts of r into its destination, in key
+// assemble copies the answers of pull p into its destination, in key
 // order.
-func (w *KVWorker[V]) assemble(r *request[V]) error {
-	parts, dest := r.parts, &r.dest
+func (w *KVWorker[V]) assemble(p *pulling[V]) error {
+	parts, dest := p.parts, &p.dest
 	sort.Slice(parts, func(i, j int) bool { return parts[i].first < parts[j].first })
 	totalKeys, totalVals := 0, 0
 	for _, p := range parts {

@@ -7,8 +7,8 @@ import "C"
 
 import (
 	"errors"
+	"runtime"
 	"syscall"
-	"unsafe"
 
 	zmq "github.com/pebbe/zmq4"
 
@@ -152,8 +152,9 @@ func (t *Transport) sendPack(p *peer, pk *sendPack) error {
 	var n int
 	var errno syscall.Errno
 	if p.h != nil {
-		rc := int64(C.pslite_send_pack(p.h, (*C.char)(unsafe.Pointer(unsafe.SliceData(buf))),
-			(*C.uint32_t)(unsafe.Pointer(unsafe.SliceData(sizes))), C.int(len(sizes)), C.int(zmq.DONTWAIT)))
+		rc := int64(C.pslite_send_pack(p.h, addr(buf), addr(sizes), C.int(len(sizes)), C.int(zmq.DONTWAIT)))
+		runtime.KeepAlive(buf)
+		runtime.KeepAlive(sizes)
 		n, errno = int(rc&0xffffffff), syscall.Errno(rc>>32)
 	} else {
 		n, errno = sendPackFrames(p.sock, buf, sizes)

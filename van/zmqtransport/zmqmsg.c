@@ -51,11 +51,11 @@ static int send_one(void *sock, void *data, size_t size, uintptr_t hint, int fla
 }
 
 long long pslite_send_msg(void *sock, int n, int flags,
-	void *data0, size_t size0, uintptr_t hint0,
-	void *data1, size_t size1, uintptr_t hint1,
-	void *data2, size_t size2, uintptr_t hint2,
-	void *data3, size_t size3, uintptr_t hint3) {
-	void *data[4] = {data0, data1, data2, data3};
+	uintptr_t data0, size_t size0, uintptr_t hint0,
+	uintptr_t data1, size_t size1, uintptr_t hint1,
+	uintptr_t data2, size_t size2, uintptr_t hint2,
+	uintptr_t data3, size_t size3, uintptr_t hint3) {
+	void *data[4] = {(void *)data0, (void *)data1, (void *)data2, (void *)data3};
 	size_t size[4] = {size0, size1, size2, size3};
 	uintptr_t hint[4] = {hint0, hint1, hint2, hint3};
 	long long total = 0;
@@ -75,7 +75,9 @@ long long pslite_send_msg(void *sock, int n, int flags,
 	return total;
 }
 
-long long pslite_send_pack(void *sock, const char *buf, const uint32_t *sizes, int n, int flags) {
+long long pslite_send_pack(void *sock, uintptr_t buf_addr, uintptr_t sizes_addr, int n, int flags) {
+	const char *buf = (const char *)buf_addr;
+	const uint32_t *sizes = (const uint32_t *)sizes_addr;
 	int i = 0;
 	while (i < n) {
 		// One message: frames i..j.

@@ -107,11 +107,11 @@ const maxMsgFrames = 4
 // without a copy. It returns the bytes sent, or the error and the index of
 // the frame that failed.
 func sendMsg(h unsafe.Pointer, frames [][]byte, flags zmq.Flag, shared bool) (int, int, error) {
-	var data [maxMsgFrames]unsafe.Pointer
+	var data [maxMsgFrames]C.uintptr_t // (see pslite_send_msg)
 	var size [maxMsgFrames]C.size_t
 	var hint [maxMsgFrames]C.uintptr_t
 	for i, f := range frames {
-		data[i], size[i] = unsafe.Pointer(unsafe.SliceData(f)), C.size_t(len(f))
+		data[i], size[i] = addr(f), C.size_t(len(f))
 		if shared && len(f) >= zeroCopyMin {
 			hint[i] = pin(f)
 		}
@@ -125,6 +125,10 @@ func sendMsg(h unsafe.Pointer, frames [][]byte, flags zmq.Flag, shared bool) (in
 	}
 	return int(rc), 0, nil
 }
+
+// addr is the address of f's bytes, for a C function that takes it as an
+// integer; the caller keeps f alive across the call.
+func addr[T any](f []T) C.uintptr_t { return C.uintptr_t(uintptr(unsafe.Pointer(unsafe.SliceData(f)))) }
 
 // pslite_release_frame unpins a frame libzmq is done with. It runs on a
 // libzmq thread (or, when a send fails, inside sendFrame's cgo call).

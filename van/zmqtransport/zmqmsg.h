@@ -15,21 +15,26 @@ int pslite_send_frame(void *sock, void *data, size_t size, int flags, uintptr_t 
 // when it is done; a frame not sent is released at once). flags apply to
 // every frame (ZMQ_SNDMORE is added to all but the last). It returns the
 // bytes sent, or -(errno*8 + i) for a failure at frame i.
+//
+// The addresses of Go memory come as integers, here and in
+// pslite_send_pack, so that cgo does not check each call's arguments for Go
+// pointers (they point to byte arrays, which hold none); the Go side keeps
+// the memory alive across the call.
 long long pslite_send_msg(void *sock, int n, int flags,
-	void *data0, size_t size0, uintptr_t hint0,
-	void *data1, size_t size1, uintptr_t hint1,
-	void *data2, size_t size2, uintptr_t hint2,
-	void *data3, size_t size3, uintptr_t hint3);
+	uintptr_t data0, size_t size0, uintptr_t hint0,
+	uintptr_t data1, size_t size1, uintptr_t hint1,
+	uintptr_t data2, size_t size2, uintptr_t hint2,
+	uintptr_t data3, size_t size3, uintptr_t hint3);
 
-// pslite_send_pack sends messages whose frames lie end to end in buf:
-// frame i is the low 31 bits of sizes[i] bytes, and the high bit says that
+// pslite_send_pack sends messages whose frames lie end to end at buf_addr:
+// frame i is the low 31 bits of sizes[i] bytes (sizes at sizes_addr), and the high bit says that
 // another frame of the same message follows. Every frame is copied by
 // libzmq, and sent with flags (plus ZMQ_SNDMORE within a message). It
 // returns the frames sent, all of whole messages, plus, when it stopped at
 // a message libzmq refused, the error number times 2^32 (EAGAIN: the queue
 // is full).
 #define PSLITE_PACK_MORE 0x80000000u
-long long pslite_send_pack(void *sock, const char *buf, const uint32_t *sizes, int n, int flags);
+long long pslite_send_pack(void *sock, uintptr_t buf_addr, uintptr_t sizes_addr, int n, int flags);
 
 // pslite_reader receives whole messages, a batch of them with one call:
 // the first message, then as many more as have arrived already, as long as
