@@ -34,7 +34,14 @@ type Customer struct {
 	filter     atomic.Pointer[func(msg *message.Message) error]
 	resumed    atomic.Bool // handling has started (see StartPaused)
 	takesLent  atomic.Bool // see SetTakesLent
+	recycles   atomic.Bool // see SetRecycles
 }
+
+// SetRecycles makes the customer recycle each message once handled
+// (message.Message.Recycle): its handler (and filter) promise to keep
+// neither the message nor its meta's slices after they return; the data
+// frames they may keep. Off by default.
+func (c *Customer) SetRecycles(on bool) { c.recycles.Store(on) }
 
 // SetTakesLent lets the customer be given messages whose large frames are
 // lent by the transport rather than copied (see message.Message.Lend): its
@@ -186,7 +193,7 @@ func (c *Customer) receive() {
 // run handles one message and, for a response, counts it against its
 // request.
 func (c *Customer) run(msg *message.Message) {
-	defer msg.Release() // lent frames are given back once handled
+	defer c.handled(msg)
 	if !msg.Meta.Request && !c.tracker.Pending(int(msg.Meta.Timestamp)) {
 		c.dropLog.Warn().Stringer("msg", msg).Msg("dropping a response nobody waits for")
 		return
@@ -200,5 +207,15 @@ func (c *Customer) run(msg *message.Message) {
 	c.handle(msg)
 	if !msg.Meta.Request {
 		c.tracker.AddResponse(int(msg.Meta.Timestamp), 1)
+	}
+}
+
+// handled gives back what msg holds once it is handled: its lent frames,
+// or the whole message when the customer recycles.
+func (c *Customer) handled(msg *message.Message) {
+	if c.recycles.Load() {
+		msg.Recycle()
+	} else {
+		msg.Release()
 	}
 }

@@ -349,3 +349,30 @@ func TestCustomerHandlesIdleMessagesOnCaller(t *testing.T) {
 		t.Fatalf("handled %v, want [1 2 3 4 5]", got)
 	}
 }
+
+// TestCustomerRecycles checks that a customer set to recycle gives each
+// message back once handled, lent frames first, and that one not set to
+// leaves the message as it was.
+func TestCustomerRecycles(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		var handled *message.Message
+		c := customer.New(0, 0, func(m *message.Message) { handled = m }, zerolog.Nop())
+		c.SetRecycles(on)
+		m := request(0, 7)
+		m.AddData(message.Uint64, make([]byte, 8))
+		released := 0
+		m.Lend(1, func() { released++ })
+		if !c.Accept(m) { // an idle customer handles it before Accept returns
+			t.Fatal("not accepted")
+		}
+		c.Stop()
+		if handled != m || released != 1 {
+			t.Fatalf("recycles=%v: handled %p (sent %p), lent frames given back %d times, want once", on, handled, m, released)
+		}
+		// (Nothing else in this test asks the pool for messages, so m,
+		// recycled or not, is still this test's to look at.)
+		if recycled := m.Meta.Head == 0 && m.Data == nil && m.Meta.Timestamp == 0; recycled != on {
+			t.Errorf("recycles=%v: after handling, message reads %+v", on, m.Meta)
+		}
+	}
+}

@@ -102,7 +102,7 @@ func (s *KVServer[V]) ZResponse(req KVMeta, res KVPairs[V]) error {
 }
 
 func (s *KVServer[V]) response(req KVMeta, res KVPairs[V], zeroCopy bool) error {
-	msg := message.New()
+	msg := message.Get()
 	msg.ZeroCopy = zeroCopy
 	msg.Meta.AppID = int32(s.cust.AppID())
 	msg.Meta.CustomerID = int32(req.CustomerID)
@@ -114,6 +114,7 @@ func (s *KVServer[V]) response(req KVMeta, res KVPairs[V], zeroCopy bool) error 
 	msg.Meta.Recver = int32(req.Sender)
 	if len(res.Keys) > 0 {
 		if err := res.Check(true); err != nil {
+			msg.Recycle()
 			return err
 		}
 		msg.AddData(message.Uint64, message.Frame(res.Keys))
@@ -122,7 +123,7 @@ func (s *KVServer[V]) response(req KVMeta, res KVPairs[V], zeroCopy bool) error 
 			msg.AddData(message.Int32, message.Frame(res.Lens))
 		}
 	}
-	return s.po.Send(msg)
+	return s.po.SendRecycled(msg)
 }
 
 // errorBody starts the body of a response that refuses a request; the rest

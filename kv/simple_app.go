@@ -64,6 +64,9 @@ func (a *SimpleApp) register(appID, customerID int, h customer.Handler, opts ...
 	if err != nil {
 		return err
 	}
+	// The apps here keep no message once handled (a SimpleApp copies what
+	// its handles see; KV handles see data frames, never the message).
+	c.SetRecycles(true)
 	a.cust = c
 	return nil
 }

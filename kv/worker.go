@@ -332,7 +332,7 @@ func (w *KVWorker[V]) send(push, pull bool, o reqOptions, kvs KVPairs[V], dest p
 		if len(p.Keys) == 0 {
 			continue
 		}
-		msg := message.New()
+		msg := message.Get()
 		msg.Meta.AppID = int32(w.cust.AppID())
 		msg.Meta.CustomerID = int32(w.cust.CustomerID())
 		msg.Meta.Request = true
@@ -349,7 +349,7 @@ func (w *KVWorker[V]) send(push, pull bool, o reqOptions, kvs KVPairs[V], dest p
 			msg.AddData(message.Int32, message.Frame(p.Lens))
 		}
 		m.WorkerRequest(w.cust.AppID(), w.cust.CustomerID(), kind)
-		if err := w.po.Send(msg); err != nil {
+		if err := w.po.SendRecycled(msg); err != nil {
 			err = fmt.Errorf("kv: send to server %d: %w", i, err)
 			w.dropRequest(ts)
 			w.cust.Tracker().Fail(ts, err)

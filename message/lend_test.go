@@ -2,6 +2,7 @@ package message
 
 import (
 	"bytes"
+	"reflect"
 	"testing"
 )
 
@@ -36,5 +37,24 @@ func TestLendOwnRelease(t *testing.T) {
 	m.Release()
 	if released != 2 {
 		t.Fatalf("released %d times, want 2", released)
+	}
+}
+
+// TestRecycle checks that Recycle gives lent frames back once and that Get
+// hands out a message like New's, whatever the recycled one held.
+func TestRecycle(t *testing.T) {
+	for range 3 {
+		m := Get()
+		if !reflect.DeepEqual(m, New()) {
+			t.Fatalf("Get() = %+v, want New()'s", m)
+		}
+		m.Meta.Timestamp, m.Meta.Body, m.ZeroCopy = 9, []byte("x"), true
+		m.AddData(Float, make([]byte, 4))
+		released := 0
+		m.Lend(1, func() { released++ })
+		m.Recycle()
+		if released != 1 {
+			t.Fatalf("lent frames given back %d times, want once", released)
+		}
 	}
 }

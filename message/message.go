@@ -5,6 +5,7 @@ import (
 	"math"
 	"runtime"
 	"strings"
+	"sync"
 )
 
 // Empty marks an unset id, app id or timestamp. Its value is part of the
@@ -257,6 +258,28 @@ func Clone(b []byte) []byte {
 
 // New returns a message whose meta has every id set to Empty.
 func New() *Message { return &Message{Meta: NewMeta()} }
+
+// recycled holds messages given back with Recycle.
+var recycled = sync.Pool{New: func() any { return new(Message) }}
+
+// Get returns a message like New's, one given back with Recycle when there
+// is one: a 1-key request and its response cost two messages at each end,
+// which a busy node would otherwise allocate, and collect, by the million.
+func Get() *Message {
+	m := recycled.Get().(*Message)
+	m.Meta = NewMeta()
+	return m
+}
+
+// Recycle gives m back for Get to hand out again, after giving back its
+// lent frames. Only its last user may call it: nothing may use m, or the
+// slices of its meta, afterwards (the data frames themselves are not
+// reused, only the message).
+func (m *Message) Recycle() {
+	m.Release()
+	*m = Message{}
+	recycled.Put(m)
+}
 
 // AddData appends a raw frame with its type tag and accounts for its size.
 func (m *Message) AddData(t DataType, frame []byte) {

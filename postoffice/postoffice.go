@@ -416,6 +416,13 @@ func (p *Postoffice) Send(msg *message.Message) error {
 	return err
 }
 
+// SendRecycled sends a message nothing else refers to (one from
+// message.Get, typically) and recycles it (see van.Van.SendRecycled).
+func (p *Postoffice) SendRecycled(msg *message.Message) error {
+	_, err := p.van.SendRecycled(msg)
+	return err
+}
+
 // NewCustomer creates and registers the customer (appID, customerID), whose
 // goroutine passes each message to h. Messages that arrived for it before
 // it existed are delivered first.

@@ -56,6 +56,7 @@ func (v *Van) applyLocked(outs []control.Output) []control.Event {
 func (v *Van) connectLocked(n message.Node, identity string) {
 	v.downMu.Lock()
 	delete(v.down, int(n.ID)) // a new connection, e.g. to a replacement
+	v.ndown.Store(int32(len(v.down)))
 	v.downMu.Unlock()
 	if err := v.tr.Connect(int(n.ID), n.Hostname, int(n.Port), identity); err != nil {
 		v.log.Error().Err(err).Str("node", n.String()).Msg("connect failed")
@@ -88,12 +89,14 @@ func (v *Van) noteLocked(e control.Event) bool {
 		}
 		v.downMu.Lock()
 		v.down[e.ID] = true
+		v.ndown.Store(int32(len(v.down)))
 		v.downMu.Unlock()
 		v.log.Warn().Str("node", message.DescribeID(e.ID)).Msg("connection still down after the grace; requests to it fail")
 		return true
 	case control.EventPeerUp:
 		v.downMu.Lock()
 		delete(v.down, e.ID)
+		v.ndown.Store(int32(len(v.down)))
 		v.downMu.Unlock()
 		return false
 	case control.EventNodeDead:

@@ -276,11 +276,11 @@ func (v *Van) dispatch(msg *message.Message) bool {
 		}
 		v.held++
 	}
-	seq := v.inHandler.Add(1) // odd: in the handler
-	v.handler.HandleData(msg)
 	if !msg.Meta.Request {
 		v.yield = true // see next
 	}
+	seq := v.inHandler.Add(1) // odd: in the handler
+	v.handler.HandleData(msg) // (msg may be recycled once it returns)
 	return v.inHandler.CompareAndSwap(seq, seq+1)
 }
 
@@ -363,8 +363,10 @@ func (v *Van) decode(ident []byte, frames [][]byte) (*message.Message, error) {
 		n += int64(len(f))
 	}
 	v.recvBytes.Add(n + int64(len(ident)))
-	msg := &message.Message{Data: frames[1:]}
+	msg := message.Get() // (a customer that recycles gives it back)
+	msg.Data = frames[1:]
 	if err := msg.DecodeMeta(frames[0]); err != nil {
+		msg.Recycle()
 		return nil, err
 	}
 	msg.Meta.Sender = ParseIdentity(ident)

@@ -14,26 +14,43 @@ import (
 // the job fails or the van stops. With resending on, the message is kept
 // until acknowledged. It returns the bytes sent.
 func (v *Van) Send(msg *message.Message) (int, error) {
+	n, _, err := v.sendKept(msg)
+	return n, err
+}
+
+// SendRecycled is Send for a message nothing else refers to: once sent, it
+// is recycled (message.Recycle), unless it is kept for resending.
+func (v *Van) SendRecycled(msg *message.Message) (int, error) {
+	n, kept, err := v.sendKept(msg)
+	if !kept {
+		msg.Recycle()
+	}
+	return n, err
+}
+
+// sendKept is Send that also reports whether the resender keeps msg.
+func (v *Van) sendKept(msg *message.Message) (n int, kept bool, err error) {
 	if err := v.Err(); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	r := v.res.Load()
 	if r != nil {
 		r.r.Outgoing(keepable(msg), v.MyNode().ID, v.clock.Now())
+		kept = true
 	}
-	n, err := v.send(v.ctx, msg, true)
+	n, err = v.send(v.ctx, msg, true)
 	switch {
 	case err == nil:
-		return n, nil
+		return n, kept, nil
 	case v.ctx.Err() != nil:
 		if e := v.Err(); e != nil {
-			return 0, e
+			return 0, kept, e
 		}
-		return 0, ErrStopped
+		return 0, kept, ErrStopped
 	case r != nil && errors.Is(err, ErrPeerClosed):
-		return 0, nil // replaced meanwhile: the resender sends it to the new node
+		return 0, kept, nil // replaced meanwhile: the resender sends it to the new node
 	}
-	return n, err
+	return n, kept, err
 }
 
 // post sends a control message without waiting (kept for resending like any
@@ -76,9 +93,12 @@ func (v *Van) send(ctx context.Context, msg *message.Message, wait bool) (int, e
 	if msg.Meta.Recver == emptyID {
 		return 0, errors.New("van: message without a receiver")
 	}
-	v.downMu.Lock()
-	down := v.down[int(msg.Meta.Recver)]
-	v.downMu.Unlock()
+	down := false
+	if v.ndown.Load() > 0 {
+		v.downMu.Lock()
+		down = v.down[int(msg.Meta.Recver)]
+		v.downMu.Unlock()
+	}
 	if down {
 		return 0, fmt.Errorf("%w: %s", ErrNodeDown, message.DescribeID(int(msg.Meta.Recver)))
 	}

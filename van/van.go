@@ -182,6 +182,7 @@ type Van struct {
 	early    []*message.Message // data received before the node was ready; owned like rng
 	downMu   sync.Mutex         // guards down
 	down     map[int]bool       // nodes whose connection dropped (resending off)
+	ndown    atomic.Int32       // len(down), for a send to skip the lock while no node is down
 
 	// handoverUntil (Unix ns) is when the receiving socket stops letting
 	// a new connection take over a member's identity, after a replacement;

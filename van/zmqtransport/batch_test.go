@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"syscall"
 	"testing"
-	"unsafe"
 	"time"
+	"unsafe"
 
 	zmq "github.com/pebbe/zmq4"
 
