@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 )
 
 // ErrTooManyRequests is returned by NewRequest when every timestamp is in use.
@@ -29,6 +30,9 @@ type Tracker struct {
 	failed    map[int32]failure
 	failOrder []failRef
 	failSeq   uint64
+	// nfailed is len(failed), for a Wait to skip the lock when no request
+	// failed.
+	nfailed atomic.Int32
 }
 
 type failure struct {
@@ -82,7 +86,10 @@ func (t *Tracker) NewRequest(expected int) (int, error) {
 		if _, busy := t.pending[ts]; busy {
 			continue
 		}
-		delete(t.failed, ts) // a failure of an earlier use of ts is forgotten
+		if len(t.failed) > 0 {
+			delete(t.failed, ts) // a failure of an earlier use of ts is forgotten
+			t.nfailed.Store(int32(len(t.failed)))
+		}
 		if expected <= 0 {
 			return int(ts), nil // nothing to wait for: finished already
 		}
@@ -170,6 +177,7 @@ func (t *Tracker) Fail(ts int, err error) bool {
 	}
 	t.failSeq++
 	t.failed[int32(ts)] = failure{err: err, seq: t.failSeq}
+	t.nfailed.Store(int32(len(t.failed)))
 	t.failOrder = append(t.failOrder, failRef{ts: int32(ts), seq: t.failSeq})
 	t.finishLocked(int32(ts), r)
 	return true
@@ -228,6 +236,9 @@ func (t *Tracker) WaitContext(ctx context.Context, ts int) error {
 			return ctx.Err()
 		}
 	}
+	if t.nfailed.Load() == 0 { // (stored before done was closed)
+		return nil
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.takeFailureLocked(int32(ts))
@@ -241,6 +252,7 @@ func (t *Tracker) takeFailureLocked(ts int32) error {
 		return nil
 	}
 	delete(t.failed, ts)
+	t.nfailed.Store(int32(len(t.failed)))
 	return f.err
 }
 

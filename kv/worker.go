@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -53,12 +54,12 @@ func collect(opts []Option) reqOptions {
 type KVWorker[V message.Value] struct {
 	*SimpleApp
 
-	mu sync.Mutex // guards reqs, slicer and custom
+	mu sync.Mutex // guards reqs
 	// reqs holds what the worker keeps of each unfinished request that
 	// went to some server, by timestamp.
-	reqs   map[int]*request[V]
-	slicer Slicer[V]
-	custom bool // slicer is not DefaultSlicer
+	reqs map[int]*request[V]
+	// slicer is the slicer SetSlicer set; nil: DefaultSlicer.
+	slicer atomic.Pointer[Slicer[V]]
 }
 
 // request is what a worker keeps of an unfinished request.
@@ -90,7 +91,6 @@ func NewKVWorker[V message.Value](po *postoffice.Postoffice, appID, customerID i
 	w := &KVWorker[V]{
 		SimpleApp: newSimpleApp(po),
 		reqs:      make(map[int]*request[V]),
-		slicer:    DefaultSlicer[V],
 	}
 	if err := w.register(appID, customerID, w.process); err != nil {
 		return nil, err
@@ -174,9 +174,7 @@ func (w *KVWorker[V]) SetSlicer(s Slicer[V]) error {
 	if s == nil {
 		return fmt.Errorf("kv: nil slicer")
 	}
-	w.mu.Lock()
-	w.slicer, w.custom = s, true
-	w.mu.Unlock()
+	w.slicer.Store(&s)
 	return nil
 }
 
@@ -276,17 +274,18 @@ const maxStackParts = 8
 // send slices a request (a pull when pull is true, into dest) and sends
 // its parts.
 func (w *KVWorker[V]) send(push, pull bool, o reqOptions, kvs KVPairs[V], dest pullDest[V]) (int, error) {
-	w.mu.Lock()
-	slicer, custom := w.slicer, w.custom
-	w.mu.Unlock()
+	custom := w.slicer.Load()
 	ranges := w.po.ServerKeyRanges()
 	var parts []KVPairs[V]
 	var err error
 	var room [maxStackParts]KVPairs[V]
-	if !custom && len(ranges) <= len(room) {
+	switch {
+	case custom != nil:
+		parts, err = (*custom)(kvs, ranges)
+	case len(ranges) <= len(room):
 		parts, err = sliceInto(room[:len(ranges)], kvs, ranges)
-	} else {
-		parts, err = slicer(kvs, ranges)
+	default:
+		parts, err = DefaultSlicer(kvs, ranges)
 	}
 	if err != nil {
 		return 0, err

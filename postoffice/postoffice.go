@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -60,11 +61,14 @@ type Postoffice struct {
 
 	mu        sync.Mutex // guards customers, pending and exitCbs
 	customers map[[2]int]*customer.Customer
-	pending   map[[2]int][]*message.Message
-	npending  int
-	pendingB  int // bytes of data in pending
-	dropLog   zerolog.Logger
-	exitCbs   []func()
+	// custView is a copy of customers, replaced under mu at each change,
+	// for the receive loop to look customers up without the lock.
+	custView atomic.Pointer[map[[2]int]*customer.Customer]
+	pending  map[[2]int][]*message.Message
+	npending int
+	pendingB int // bytes of data in pending
+	dropLog  zerolog.Logger
+	exitCbs  []func()
 
 	barrierMu sync.Mutex    // guards barrierCh
 	barrierCh chan struct{} // closed by the next barrier release
@@ -436,6 +440,7 @@ func (p *Postoffice) NewCustomer(appID, customerID int, h customer.Handler, opts
 	opts = append([]customer.Option{customer.WithTimestamps(p.van.NextTimestamp)}, opts...)
 	c := customer.New(appID, customerID, h, p.log, opts...)
 	p.customers[key] = c
+	p.publishCustomersLocked()
 	for _, m := range p.pending[key] {
 		c.Enqueue(m) // not handled here: p.mu is held
 		p.pendingB -= dataBytes(m)
@@ -468,6 +473,7 @@ func (p *Postoffice) RemoveCustomer(c *customer.Customer) {
 	p.mu.Lock()
 	if p.customers[key] == c {
 		delete(p.customers, key)
+		p.publishCustomersLocked()
 	}
 	p.mu.Unlock()
 	c.Stop()
@@ -480,6 +486,12 @@ func (p *Postoffice) Customer(appID, customerID int) *customer.Customer {
 	return p.customers[[2]int{appID, customerID}]
 }
 
+// publishCustomersLocked publishes a copy of customers; mu is held.
+func (p *Postoffice) publishCustomersLocked() {
+	view := maps.Clone(p.customers)
+	p.custView.Store(&view)
+}
+
 // handler is the postoffice seen from the van.
 type handler Postoffice
 
@@ -490,9 +502,10 @@ func (h *handler) HandleData(msg *message.Message) {
 		cid = int(msg.Meta.CustomerID)
 	}
 	key := [2]int{int(msg.Meta.AppID), cid}
-	p.mu.Lock()
-	c := p.customers[key]
-	p.mu.Unlock()
+	var c *customer.Customer
+	if view := p.custView.Load(); view != nil {
+		c = (*view)[key]
+	}
 	if c == nil || !c.TakesLent() {
 		// Kept, or for a customer that copies nothing itself. Outside the
 		// lock: copying a large frame takes a while.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -110,6 +111,9 @@ type Transport struct {
 	peersMu sync.Mutex // guards peers and closed; never held across I/O
 	peers   map[int]*peer
 	closed  bool
+	// view is a copy of peers and closed, replaced under peersMu at each
+	// change, for sends to read without the lock.
+	view    atomic.Pointer[peerView]
 	writers sync.WaitGroup
 
 	guard *curveGuard // nil without CURVE
@@ -194,6 +198,7 @@ func New(opts Options) (*Transport, error) {
 		}
 	}
 	t := &Transport{opts: opts, ctx: ctx, peers: make(map[int]*peer)}
+	t.view.Store(&peerView{peers: map[int]*peer{}})
 	if opts.Curve != nil {
 		if err := opts.Curve.Check(); err != nil {
 			ctx.Term()
@@ -362,6 +367,7 @@ func (t *Transport) Connect(id int, host string, port int, identity string) erro
 	}
 	old := t.peers[id]
 	t.peers[id] = p
+	t.publishLocked()
 	t.writers.Add(1)
 	t.peersMu.Unlock()
 	go t.write(p)
@@ -373,6 +379,7 @@ func (t *Transport) Connect(id int, host string, port int, identity string) erro
 		t.peersMu.Lock()
 		if t.peers[id] == p {
 			delete(t.peers, id)
+			t.publishLocked()
 		}
 		t.peersMu.Unlock()
 		p.shut()
@@ -386,6 +393,7 @@ func (t *Transport) Disconnect(id int) {
 	t.peersMu.Lock()
 	p := t.peers[id]
 	delete(t.peers, id)
+	t.publishLocked()
 	t.peersMu.Unlock()
 	p.shut()
 }
@@ -470,14 +478,24 @@ func (p *peer) closeSocket() {
 	p.qMu.Unlock()
 }
 
+// peerView is a published copy of a transport's peers.
+type peerView struct {
+	peers  map[int]*peer
+	closed bool
+}
+
+// publishLocked publishes a copy of peers and closed; peersMu is held.
+func (t *Transport) publishLocked() {
+	t.view.Store(&peerView{peers: maps.Clone(t.peers), closed: t.closed})
+}
+
 // peer returns the sending side for id.
 func (t *Transport) peer(id int) (*peer, error) {
-	t.peersMu.Lock()
-	defer t.peersMu.Unlock()
-	if t.closed {
+	v := t.view.Load()
+	if v == nil || v.closed {
 		return nil, van.ErrClosed
 	}
-	p, ok := t.peers[id]
+	p, ok := v.peers[id]
 	if !ok {
 		return nil, fmt.Errorf("%w %d", van.ErrNoPeer, id)
 	}
@@ -811,6 +829,7 @@ func (t *Transport) Close() error {
 	t.closed = true
 	peers := t.peers
 	t.peers = map[int]*peer{}
+	t.publishLocked()
 	t.peersMu.Unlock()
 	for _, p := range peers {
 		p.shut()
