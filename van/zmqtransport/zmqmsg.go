@@ -154,8 +154,10 @@ type frameReader struct {
 	r         *C.pslite_reader // C memory, reused for every batch
 	maxFrames int
 	maxBytes  int64
-	// queued holds the messages of the last batch not returned yet.
+	// queued holds the messages of the last batch not returned yet, in
+	// batch.
 	queued []readMsg
+	batch  [maxBatchMsgs]readMsg
 	// drained is set when the last batch ended because no more messages
 	// were waiting.
 	drained bool
@@ -247,10 +249,7 @@ func (r *frameReader) read(flags zmq.Flag, lend, poison bool) error {
 	keptOf := unsafe.Slice(c.msg_kept, n)
 	counts := unsafe.Slice(c.msg_frames, n)
 	bytes := unsafe.Slice(c.msg_bytes, n)
-	if cap(r.queued) < n {
-		r.queued = make([]readMsg, 0, maxBatchMsgs)
-	}
-	r.queued = r.queued[:n]
+	r.queued = r.batch[:n]
 	for k := range n {
 		m := readMsg{count: int(counts[k]), bytes: int64(bytes[k])}
 		from, to := int(first[k]), int(first[k])+int(keptOf[k])
