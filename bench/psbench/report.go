@@ -147,7 +147,7 @@ var targets = []target{
 	{what: "1-key push then pull, p50: at most 0.8x C++ ps-lite's",
 		names: []string{"latency_push_pull_p50"}, layouts: []string{"1x1", "2x2"}, vsCPP: true,
 		ok: func(_ Result, c float64) bool { return c <= 0.8 }, show: showCost},
-	{what: "worker and server RSS after 1,000,000 requests within 2 MB of RSS after 10,000",
+	{what: "worker and server RSS after 1,000,000 requests within 2 MB of RSS after 100,000 (the first tenth, warm-up)",
 		names: []string{"rss_growth_worker", "rss_growth_server"}, layouts: []string{"1x1"},
 		ok:   func(r Result, _ float64) bool { return r.Value <= 2 },
 		show: func(r Result, _ float64) string { return fmt.Sprintf("%+.2f MB", r.Value) }},
