@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/gopslite/pslite/message"
@@ -270,9 +271,14 @@ func (v *Van) dispatch(msg *message.Message) bool {
 	if v.batcher != nil && msg.Meta.Sender != emptyID {
 		// What the handler (or anyone) sends to the sender now waits
 		// until the loop has handled what else has arrived.
-		if v.held == 0 || msg.Meta.Sender != v.heldLast {
+		if v.held == 0 {
+			v.heldIDs = v.heldIDs[:0]
+		}
+		if !slices.Contains(v.heldIDs, msg.Meta.Sender) {
 			v.batcher.Hold(int(msg.Meta.Sender))
-			v.heldLast = msg.Meta.Sender
+			if len(v.heldIDs) < cap(v.heldIDs) {
+				v.heldIDs = append(v.heldIDs, msg.Meta.Sender)
+			}
 		}
 		v.held++
 	}

@@ -176,7 +176,7 @@ type Van struct {
 	batcher  Batcher            // tr, when it is one; else nil
 	lender   Lender             // tr, when it is one; else nil
 	held     int                // data messages handled since the last flush; owned like rng
-	heldLast int32              // the sender held last, while held > 0; owned like rng
+	heldIDs  []int32            // senders held since the last flush (the first few); owned like rng
 	yield    bool               // a response was handled since the loop last waited; owned like rng
 	rng      *rand.Rand         // owned by the goroutine running the receive loop
 	early    []*message.Message // data received before the node was ready; owned like rng
@@ -222,6 +222,7 @@ func New(cfg Config, tr Transport, h Handler, log zerolog.Logger) (*Van, error) 
 		recvDone: make(chan struct{}),
 		down:     make(map[int]bool),
 		rng:      rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7)),
+		heldIDs:  make([]int32, 0, 8),
 	}
 	v.batcher, _ = tr.(Batcher)
 	v.lender, _ = tr.(Lender)
