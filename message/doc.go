@@ -10,4 +10,11 @@
 //
 // Values travel as raw little-endian arrays; Frame and Values convert between
 // typed slices and frames without copying where the platform allows it.
+//
+// A busy node sends and receives millions of small messages. Get and
+// Recycle reuse them: the van receives into reused messages, customers set
+// to recycle (customer.Customer.SetRecycles) give them back once handled,
+// and the KV layer sends its requests and responses with
+// van.Van.SendRecycled. AppendEncode and Message.DecodeMeta encode and
+// decode a meta without allocating.
 package message
