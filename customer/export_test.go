@@ -22,7 +22,7 @@ func (t *Tracker) Sizes() (pending, failed, failOrder int) {
 			failOrder++
 		}
 	}
-	return len(t.pending), len(t.failed), failOrder
+	return t.pending.Len(), len(t.failed), failOrder
 }
 
 // Waiting reports whether someone waits on the unfinished request ts: a
@@ -31,7 +31,7 @@ func (t *Tracker) Sizes() (pending, failed, failOrder int) {
 func (t *Tracker) Waiting(ts int) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	r, ok := t.pending[int32(ts)]
+	r, ok := t.pending.Get(ts)
 	return ok && r.done != nil
 }
 
@@ -40,7 +40,7 @@ func (t *Tracker) Waited() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := 0
-	for _, r := range t.pending {
+	for _, r := range t.pending.All() {
 		if r.done != nil {
 			n++
 		}

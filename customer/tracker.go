@@ -7,6 +7,8 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+
+	"github.com/gopslite/pslite/internal/tsmap"
 )
 
 // ErrTooManyRequests is returned by NewRequest when every timestamp is in use.
@@ -23,7 +25,7 @@ type Tracker struct {
 	mu      sync.Mutex
 	next    int32
 	source  func() int32 // hands out timestamps; nil: next
-	pending map[int32]request
+	pending tsmap.Map[request]
 	// failed remembers errors of failed requests until someone waits on
 	// them; failOrder lists them oldest first for eviction past maxFailures.
 	// An entry of failOrder whose seq no longer matches failed is stale.
@@ -53,7 +55,7 @@ type request struct {
 
 // NewTracker returns an empty tracker whose first timestamp is 0.
 func NewTracker() *Tracker {
-	return &Tracker{pending: make(map[int32]request), failed: make(map[int32]failure)}
+	return &Tracker{failed: make(map[int32]failure)}
 }
 
 // NewSharedTracker returns an empty tracker that draws its timestamps from
@@ -83,7 +85,7 @@ func (t *Tracker) NewRequest(expected int) (int, error) {
 				t.next = 0
 			}
 		}
-		if _, busy := t.pending[ts]; busy {
+		if t.pending.Ref(int(ts)) != nil { // busy
 			continue
 		}
 		if len(t.failed) > 0 {
@@ -93,7 +95,7 @@ func (t *Tracker) NewRequest(expected int) (int, error) {
 		if expected <= 0 {
 			return int(ts), nil // nothing to wait for: finished already
 		}
-		t.pending[ts] = request{expected: expected}
+		t.pending.Put(int(ts), request{expected: expected})
 		return int(ts), nil
 	}
 	return 0, ErrTooManyRequests
@@ -106,8 +108,7 @@ func (t *Tracker) Pending(ts int) bool {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	_, ok := t.pending[int32(ts)]
-	return ok
+	return t.pending.Ref(ts) != nil
 }
 
 // NumResponse returns how many responses ts has received and how many it
@@ -118,7 +119,7 @@ func (t *Tracker) NumResponse(ts int) (got, expected int, ok bool) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	r, ok := t.pending[int32(ts)]
+	r, ok := t.pending.Get(ts)
 	if !ok {
 		return 0, 0, false
 	}
@@ -134,15 +135,13 @@ func (t *Tracker) AddResponse(ts, num int) bool {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	r, ok := t.pending[int32(ts)]
-	if !ok {
+	r := t.pending.Ref(ts)
+	if r == nil {
 		return false
 	}
 	r.got += num
 	if r.got >= r.expected {
-		t.finishLocked(int32(ts), r)
-	} else {
-		t.pending[int32(ts)] = r
+		t.finishLocked(int32(ts), *r)
 	}
 	return true
 }
@@ -155,7 +154,7 @@ func (t *Tracker) Fail(ts int, err error) bool {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	r, ok := t.pending[int32(ts)]
+	r, ok := t.pending.Get(ts)
 	if !ok {
 		return false
 	}
@@ -186,9 +185,9 @@ func (t *Tracker) Fail(ts int, err error) bool {
 // FailAll finishes every unfinished request with err.
 func (t *Tracker) FailAll(err error) {
 	t.mu.Lock()
-	tss := make([]int, 0, len(t.pending))
-	for ts := range t.pending {
-		tss = append(tss, int(ts))
+	tss := make([]int, 0, t.pending.Len())
+	for ts := range t.pending.All() {
+		tss = append(tss, ts)
 	}
 	t.mu.Unlock()
 	for _, ts := range tss {
@@ -197,7 +196,7 @@ func (t *Tracker) FailAll(err error) {
 }
 
 func (t *Tracker) finishLocked(ts int32, r request) {
-	delete(t.pending, ts)
+	t.pending.Delete(int(ts))
 	if r.done != nil {
 		close(r.done)
 	}
@@ -215,15 +214,14 @@ func (t *Tracker) WaitContext(ctx context.Context, ts int) error {
 		return fmt.Errorf("customer: invalid timestamp %d", ts)
 	}
 	t.mu.Lock()
-	r, ok := t.pending[int32(ts)]
-	if !ok {
+	r := t.pending.Ref(ts)
+	if r == nil {
 		err := t.takeFailureLocked(int32(ts))
 		t.mu.Unlock()
 		return err
 	}
 	if r.done == nil {
 		r.done = make(chan struct{})
-		t.pending[int32(ts)] = r
 	}
 	done := r.done
 	t.mu.Unlock()
@@ -263,5 +261,5 @@ func valid(ts int) bool { return ts >= 0 && ts < math.MaxInt32 }
 func (t *Tracker) Len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.pending)
+	return t.pending.Len()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -502,5 +503,46 @@ func TestTrackerConcurrent(t *testing.T) {
 	wg.Wait()
 	if p, f, o := tr.Sizes(); p != 0 || f != 0 || o != 0 {
 		t.Fatalf("internal sizes %d/%d/%d", p, f, o)
+	}
+}
+
+// TestTrackerManyInFlight keeps more requests unfinished than the tracker's
+// array of slots holds (a long-running request shares its slot with later
+// ones), finishes them in a seeded random order, some with a wait already
+// on them, and checks each finishes once and nothing is left behind.
+func TestTrackerManyInFlight(t *testing.T) {
+	tr := customer.NewTracker()
+	rng := rand.New(rand.NewPCG(3, 4))
+	const n = 1000
+	tss := make([]int, n)
+	for i := range tss {
+		tss[i] = newReq(t, tr, 2)
+	}
+	var wg sync.WaitGroup
+	for _, ts := range tss[:n/10] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := tr.Wait(ts); err != nil {
+				t.Errorf("Wait(%d) = %v", ts, err)
+			}
+		}()
+	}
+	waitFor(t, "the waits to wait", func() bool { return tr.Waited() == n/10 })
+	for _, i := range rng.Perm(n) {
+		ts := tss[i]
+		if got, exp, ok := tr.NumResponse(ts); !ok || got != 0 || exp != 2 {
+			t.Fatalf("NumResponse(%d) = %d, %d, %v", ts, got, exp, ok)
+		}
+		if !tr.AddResponse(ts, 1) || !tr.Pending(ts) || !tr.AddResponse(ts, 1) || tr.Pending(ts) {
+			t.Fatalf("request %d did not finish on its second response", ts)
+		}
+		if tr.AddResponse(ts, 1) {
+			t.Fatalf("request %d took a response after finishing", ts)
+		}
+	}
+	wg.Wait()
+	if p, f, o := tr.Sizes(); p != 0 || f != 0 || o != 0 {
+		t.Fatalf("internal sizes %d/%d/%d, want 0/0/0", p, f, o)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gopslite/pslite/internal/tsmap"
 	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/metrics"
 	"github.com/gopslite/pslite/postoffice"
@@ -57,7 +58,7 @@ type KVWorker[V message.Value] struct {
 	mu sync.Mutex // guards reqs
 	// reqs holds what the worker keeps of each unfinished request that
 	// went to some server, by timestamp.
-	reqs map[int]*request[V]
+	reqs tsmap.Map[*request[V]]
 	// slicer is the slicer SetSlicer set; nil: DefaultSlicer.
 	slicer atomic.Pointer[Slicer[V]]
 }
@@ -90,7 +91,6 @@ var ErrServerLost = errors.New("kv: server lost")
 func NewKVWorker[V message.Value](po *postoffice.Postoffice, appID, customerID int) (*KVWorker[V], error) {
 	w := &KVWorker[V]{
 		SimpleApp: newSimpleApp(po),
-		reqs:      make(map[int]*request[V]),
 	}
 	if err := w.register(appID, customerID, w.process); err != nil {
 		return nil, err
@@ -138,7 +138,7 @@ func (w *KVWorker[V]) accept(msg *message.Message) error {
 	}
 	sender := int(msg.Meta.Sender)
 	w.mu.Lock()
-	r, ok := w.reqs[int(msg.Meta.Timestamp)]
+	r, ok := w.reqs.Get(int(msg.Meta.Timestamp))
 	waits := ok && message.IsServerID(sender) && slices.Contains(r.waiting, message.IDToRank(sender))
 	w.mu.Unlock()
 	if !waits {
@@ -155,7 +155,7 @@ func (w *KVWorker[V]) nodeDown(id int) {
 	rank := message.IDToRank(id)
 	var lost []int
 	w.mu.Lock()
-	for ts, r := range w.reqs {
+	for ts, r := range w.reqs.All() {
 		if slices.Contains(r.waiting, rank) {
 			lost = append(lost, ts)
 		}
@@ -322,7 +322,7 @@ func (w *KVWorker[V]) send(push, pull bool, o reqOptions, kvs KVPairs[V], dest p
 		r.kind, r.at = kind, time.Now()
 	}
 	w.mu.Lock()
-	w.reqs[ts] = r
+	w.reqs.Put(ts, r)
 	w.mu.Unlock()
 	if skipped > 0 {
 		w.cust.AddResponse(ts, skipped)
@@ -360,7 +360,7 @@ func (w *KVWorker[V]) send(push, pull bool, o reqOptions, kvs KVPairs[V], dest p
 
 func (w *KVWorker[V]) dropRequest(ts int) {
 	w.mu.Lock()
-	delete(w.reqs, ts)
+	w.reqs.Delete(ts)
 	w.mu.Unlock()
 }
 
@@ -413,7 +413,7 @@ func (w *KVWorker[V]) process(msg *message.Message) {
 	}
 	rank := message.IDToRank(int(msg.Meta.Sender))
 	w.mu.Lock()
-	r, ok := w.reqs[ts]
+	r, ok := w.reqs.Get(ts)
 	if !ok { // failed meanwhile
 		w.mu.Unlock()
 		return
@@ -424,7 +424,7 @@ func (w *KVWorker[V]) process(msg *message.Message) {
 	}
 	last := len(r.waiting) == 0
 	if last {
-		delete(w.reqs, ts)
+		w.reqs.Delete(ts)
 	}
 	w.mu.Unlock()
 	if !last {
