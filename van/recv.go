@@ -378,7 +378,9 @@ func (v *Van) decode(ident []byte, frames [][]byte) (*message.Message, error) {
 	msg.Meta.Sender = ParseIdentity(ident)
 	msg.Meta.Recver = v.MyNode().ID
 	if len(msg.Data) > 0 && len(msg.Meta.DataTypes) != len(msg.Data) {
-		return nil, fmt.Errorf("%d data frames but %d data types", len(msg.Data), len(msg.Meta.DataTypes))
+		err := fmt.Errorf("%d data frames but %d data types", len(msg.Data), len(msg.Meta.DataTypes))
+		msg.Recycle()
+		return nil, err
 	}
 	return msg, nil
 }
