@@ -126,7 +126,7 @@ func (g *curveGuard) watch(ctx *zmq.Context, sock *zmq.Socket, name string) erro
 // unwatch stops watching the sockets, before their owner closes them.
 func (g *curveGuard) unwatch() {
 	for _, w := range g.monitors {
-		w.mon.close(w.sock)
+		w.mon.stop(w.sock)
 	}
 	g.monitors = nil
 }

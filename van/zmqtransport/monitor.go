@@ -3,7 +3,7 @@ package zmqtransport
 import (
 	"errors"
 	"fmt"
-	"sync"
+	"sync/atomic"
 
 	zmq "github.com/pebbe/zmq4"
 )
@@ -17,13 +17,18 @@ import (
 // gone blocks such a send for ever, so the reading side must stay open
 // until the event has arrived.
 type socketMonitor struct {
-	done sync.WaitGroup
+	done chan struct{} // closed when the goroutine has ended
 }
+
+// monitorSeq numbers the monitors' endpoints: a name made of the socket's
+// address could be taken again by a later socket at that address while
+// libzmq has not yet released the earlier endpoint.
+var monitorSeq atomic.Uint64
 
 // monitorSocket starts delivering sock's events (a mask of zmq.EVENT_*) to
 // f. Call close before the socket is closed.
 func monitorSocket(ctx *zmq.Context, sock *zmq.Socket, events zmq.Event, f func(ev zmq.Event, addr string, val int)) (*socketMonitor, error) {
-	addr := fmt.Sprintf("inproc://pslite-monitor-%p", sock)
+	addr := fmt.Sprintf("inproc://pslite-monitor-%d", monitorSeq.Add(1))
 	// MONITOR_STOPPED wakes the goroutine at once when monitoring stops.
 	if err := sock.Monitor(addr, events|zmq.EVENT_MONITOR_STOPPED); err != nil {
 		return nil, fmt.Errorf("van: monitor socket: %w", err)
@@ -37,10 +42,9 @@ func monitorSocket(ctx *zmq.Context, sock *zmq.Socket, events zmq.Event, f func(
 		pair.Close()
 		return nil, fmt.Errorf("van: connect monitor: %w", err)
 	}
-	m := &socketMonitor{}
-	m.done.Add(1)
+	m := &socketMonitor{done: make(chan struct{})}
 	go func() {
-		defer m.done.Done()
+		defer close(m.done)
 		defer pair.Close()
 		for {
 			ev, a, v, err := pair.RecvEvent(0)
@@ -61,12 +65,21 @@ func monitorSocket(ctx *zmq.Context, sock *zmq.Socket, events zmq.Event, f func(
 	return m, nil
 }
 
-// close stops monitoring sock (by its owner, before closing it) and waits
-// for the monitor's goroutine, which the MONITOR_STOPPED event ends at once.
+// stop stops monitoring sock (by its owner, before closing it); the
+// monitor's goroutine ends once the MONITOR_STOPPED event reaches it, or
+// when the context terminates. It does not wait for that.
+func (m *socketMonitor) stop(sock *zmq.Socket) {
+	if m != nil {
+		sock.Monitor("", 0)
+	}
+}
+
+// close stops monitoring sock and waits for the monitor's goroutine, which
+// the MONITOR_STOPPED event ends at once.
 func (m *socketMonitor) close(sock *zmq.Socket) {
 	if m == nil {
 		return
 	}
-	sock.Monitor("", 0)
-	m.done.Wait()
+	m.stop(sock)
+	<-m.done
 }

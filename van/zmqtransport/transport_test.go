@@ -221,3 +221,60 @@ func BenchmarkClose(b *testing.B) {
 		})
 	}
 }
+
+// A writer closing its socket does not wait for the socket's monitor, whose
+// goroutine may be busy delivering an event: a connection replaced while
+// its handler runs has its writer stopped at once, and Close returns once
+// the handler does.
+func TestWriterStopsWhileMonitorBusy(t *testing.T) {
+	srv, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	port, err := srv.Bind("127.0.0.1", 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := New(Options{Linger: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered := make(chan struct{}, 8)
+	release := make(chan struct{})
+	tr.SetConnectionHandler(func(int, bool) {
+		entered <- struct{}{}
+		<-release
+	})
+	if err := tr.Connect(1, "127.0.0.1", port, van.Identity(9)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered: // the handler now holds the monitor's goroutine
+	case <-time.After(10 * time.Second):
+		t.Fatal("no CONNECTED event")
+	}
+	old, err := tr.peer(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Connect(1, "127.0.0.1", port, van.Identity(9)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-old.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the replaced connection's writer waits for its monitor")
+	}
+	close(release)
+	closed := make(chan error, 1)
+	go func() { closed <- tr.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return")
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -115,6 +117,7 @@ type Transport struct {
 	// change, for sends to read without the lock.
 	view    atomic.Pointer[peerView]
 	writers sync.WaitGroup
+	live    map[*peer]struct{} // peers whose writer runs; under peersMu
 
 	guard *curveGuard // nil without CURVE
 
@@ -153,6 +156,40 @@ type peer struct {
 	room    chan struct{} // closed and replaced when q shrinks (with waiters) or the peer closes
 	kick    chan struct{} // wakes the writer (capacity 1)
 	done    chan struct{} // closed when the writer has closed the socket
+
+	// stage is what the writer is doing (a writerStage), for the error
+	// of a Close that found it stuck.
+	stage atomic.Int32
+}
+
+// writerStage is what a peer's writer is doing.
+type writerStage int32
+
+const (
+	stageIdle      writerStage = iota // waiting for messages
+	stageLock                         // waiting for the socket (a sender has it)
+	stageSending                      // handing a message to ZeroMQ
+	stageRoom                         // waiting for room in ZeroMQ's queue
+	stageUnmonitor                    // stopping the socket's monitor
+	stageClose                        // closing the socket
+)
+
+func (s writerStage) String() string {
+	switch s {
+	case stageIdle:
+		return "idle"
+	case stageLock:
+		return "waiting for the socket"
+	case stageSending:
+		return "sending"
+	case stageRoom:
+		return "waiting for room"
+	case stageUnmonitor:
+		return "stopping the socket's monitor"
+	case stageClose:
+		return "closing the socket"
+	}
+	return "unknown"
 }
 
 // pollEvery is how long the writer waits for room at a time before it
@@ -197,7 +234,7 @@ func New(opts Options) (*Transport, error) {
 			return nil, fmt.Errorf("van: zmq io threads: %w", err)
 		}
 	}
-	t := &Transport{opts: opts, ctx: ctx, peers: make(map[int]*peer)}
+	t := &Transport{opts: opts, ctx: ctx, peers: make(map[int]*peer), live: make(map[*peer]struct{})}
 	t.view.Store(&peerView{peers: map[int]*peer{}})
 	if opts.Curve != nil {
 		if err := opts.Curve.Check(); err != nil {
@@ -360,7 +397,7 @@ func (t *Transport) Connect(id int, host string, port int, identity string) erro
 	t.peersMu.Lock()
 	if t.closed {
 		t.peersMu.Unlock()
-		p.mon.close(sock)
+		p.mon.stop(sock)
 		sock.Close()
 		p.sockMu.Unlock()
 		return van.ErrClosed
@@ -369,6 +406,7 @@ func (t *Transport) Connect(id int, host string, port int, identity string) erro
 	t.peers[id] = p
 	t.publishLocked()
 	t.writers.Add(1)
+	t.live[p] = struct{}{}
 	t.peersMu.Unlock()
 	go t.write(p)
 	old.shut()
@@ -424,21 +462,30 @@ func (p *peer) wake() {
 // then closes the socket.
 func (t *Transport) write(p *peer) {
 	defer t.writers.Done()
+	defer func() {
+		t.peersMu.Lock()
+		delete(t.live, p)
+		t.peersMu.Unlock()
+	}()
 	defer close(p.done)
 	var poller *zmq.Poller
 	for {
+		p.stage.Store(int32(stageIdle))
 		<-p.kick
 		for {
+			p.stage.Store(int32(stageLock))
 			p.sockMu.Lock()
 			if p.isClosing() {
 				p.closeSocket()
 				p.sockMu.Unlock()
 				return
 			}
+			p.stage.Store(int32(stageSending))
 			empty, err := t.sendHead(p)
 			for errors.Is(err, van.ErrWouldBlock) {
 				// ZeroMQ's queue for the peer is full: wait for room a
 				// slice at a time, so that a shut is noticed.
+				p.stage.Store(int32(stageRoom))
 				if poller == nil {
 					poller = zmq.NewPoller()
 					poller.Add(p.sock, zmq.POLLOUT)
@@ -449,6 +496,7 @@ func (t *Transport) write(p *peer) {
 					p.sockMu.Unlock()
 					return
 				}
+				p.stage.Store(int32(stageSending))
 				empty, err = t.sendHead(p)
 			}
 			p.sockMu.Unlock()
@@ -465,12 +513,16 @@ func (p *peer) isClosing() bool {
 	return p.closing
 }
 
-// closeSocket closes p's socket and its monitor; sockMu is held.
+// closeSocket stops p's monitor and closes its socket; sockMu is held. It
+// does not wait for the monitor's goroutine, which ends on its own (see
+// socketMonitor).
 func (p *peer) closeSocket() {
 	if p.sock == nil {
 		return
 	}
-	p.mon.close(p.sock)
+	p.stage.Store(int32(stageUnmonitor))
+	p.mon.stop(p.sock)
+	p.stage.Store(int32(stageClose))
 	p.sock.Close()
 	p.sock = nil
 	p.qMu.Lock()
@@ -813,6 +865,19 @@ func (t *Transport) recvFlags(flags zmq.Flag, lend bool) ([]byte, [][]byte, uint
 // writersStopWait bounds how long Close waits for the writers to stop.
 const writersStopWait = 10 * time.Second
 
+// stuckWriters describes the writers still running: their nodes and
+// stages.
+func (t *Transport) stuckWriters() string {
+	t.peersMu.Lock()
+	defer t.peersMu.Unlock()
+	var ws []string
+	for p := range t.live {
+		ws = append(ws, fmt.Sprintf("node %d (%s)", p.id, writerStage(p.stage.Load())))
+	}
+	slices.Sort(ws)
+	return strings.Join(ws, ", ")
+}
+
 // errWritersStuck is Close's error when a writer did not stop in time.
 var errWritersStuck = errors.New("van: a connection's writer did not stop within " + writersStopWait.String())
 
@@ -845,8 +910,13 @@ func (t *Transport) Close() error {
 	select {
 	case <-stopped:
 	case <-time.After(writersStopWait):
-		t.opts.Log.Error().Dur("waited", writersStopWait).Msg("van: a connection's writer did not stop; closing without releasing ZeroMQ's context")
-		return errWritersStuck
+		stuck := t.stuckWriters()
+		// Should it ever happen, the goroutines' stacks say where.
+		stacks := make([]byte, 1<<20)
+		stacks = stacks[:runtime.Stack(stacks, true)]
+		t.opts.Log.Error().Dur("waited", writersStopWait).Str("writers", stuck).Str("goroutines", string(stacks)).
+			Msg("van: a connection's writer did not stop; closing without releasing ZeroMQ's context")
+		return fmt.Errorf("%w: %s", errWritersStuck, stuck)
 	}
 	if t.guard != nil {
 		t.guard.unwatch()
