@@ -278,3 +278,48 @@ func TestWriterStopsWhileMonitorBusy(t *testing.T) {
 		t.Fatal("Close did not return")
 	}
 }
+
+// Close does not hang while a socket monitor's goroutine is held in the
+// connection handler (terminating ZeroMQ's context waits for that
+// goroutine's socket): it gives up after its bound and says why.
+func TestCloseBoundedWhileHandlerHeld(t *testing.T) {
+	srv, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	port, err := srv.Bind("127.0.0.1", 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := New(Options{Linger: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.stopWait = 200 * time.Millisecond
+	entered := make(chan struct{}, 8)
+	release := make(chan struct{})
+	defer close(release)
+	tr.SetConnectionHandler(func(int, bool) {
+		entered <- struct{}{}
+		<-release
+	})
+	if err := tr.Connect(1, "127.0.0.1", port, van.Identity(9)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no CONNECTED event")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- tr.Close() }()
+	select {
+	case err := <-closed:
+		if !errors.Is(err, errTermStuck) {
+			t.Errorf("Close = %v, want %v", err, errTermStuck)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close hangs while the handler is held")
+	}
+}

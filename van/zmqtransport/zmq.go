@@ -118,6 +118,8 @@ type Transport struct {
 	view    atomic.Pointer[peerView]
 	writers sync.WaitGroup
 	live    map[*peer]struct{} // peers whose writer runs; under peersMu
+	// stopWait, when set, replaces the package's stopWait (for tests).
+	stopWait time.Duration
 
 	guard *curveGuard // nil without CURVE
 
@@ -862,8 +864,9 @@ func (t *Transport) recvFlags(flags zmq.Flag, lend bool) ([]byte, [][]byte, uint
 	return frames[0], frames[1:], mask >> 1, release, nil // bit 0 was the identity
 }
 
-// writersStopWait bounds how long Close waits for the writers to stop.
-const writersStopWait = 10 * time.Second
+// stopWait bounds how long Close waits for the writers to stop, and then
+// (beyond the linger time) for ZeroMQ's context to terminate.
+const stopWait = 10 * time.Second
 
 // stuckWriters describes the writers still running: their nodes and
 // stages.
@@ -879,12 +882,38 @@ func (t *Transport) stuckWriters() string {
 }
 
 // errWritersStuck is Close's error when a writer did not stop in time.
-var errWritersStuck = errors.New("van: a connection's writer did not stop within " + writersStopWait.String())
+var errWritersStuck = errors.New("van: a connection's writer did not stop in time")
+
+// errTermStuck is Close's error when ZeroMQ's context did not terminate in
+// time.
+var errTermStuck = errors.New("van: ZeroMQ's context did not terminate in time")
+
+// within reports whether ch is closed within d.
+func within(ch <-chan struct{}, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-timer.C:
+		return false
+	}
+}
+
+// logStuck logs msg as an error with every goroutine's stack: should Close
+// ever find something stuck, the stacks say where.
+func (t *Transport) logStuck(waited time.Duration, what, msg string) {
+	stacks := make([]byte, 1<<20)
+	stacks = stacks[:runtime.Stack(stacks, true)]
+	t.opts.Log.Error().Dur("waited", waited).Str("stuck", what).Str("goroutines", string(stacks)).Msg(msg)
+}
 
 // Close implements van.Transport. Every writer closes its socket at once
 // (a writer waiting for room notices within pollEvery); terminating the
 // context then waits up to the linger time for unsent messages to peers
-// that are still reachable.
+// that are still reachable, and ends the sockets' monitors. Close never
+// waits longer than the linger time and twice stopWait: what is stuck
+// beyond that is logged and returned as an error.
 func (t *Transport) Close() error {
 	t.peersMu.Lock()
 	if t.closed {
@@ -902,21 +931,19 @@ func (t *Transport) Close() error {
 	// The writers notice a shut within pollEvery; should one be stuck in
 	// libzmq all the same, Close gives up on it (and on terminating the
 	// context, which would wait for its socket) rather than hang Finalize.
+	wait := t.stopWait
+	if wait <= 0 {
+		wait = stopWait
+	}
 	stopped := make(chan struct{})
 	go func() {
 		t.writers.Wait()
 		close(stopped)
 	}()
-	select {
-	case <-stopped:
-	case <-time.After(writersStopWait):
+	if !within(stopped, wait) {
 		stuck := t.stuckWriters()
-		// Should it ever happen, the goroutines' stacks say where.
-		stacks := make([]byte, 1<<20)
-		stacks = stacks[:runtime.Stack(stacks, true)]
-		t.opts.Log.Error().Dur("waited", writersStopWait).Str("writers", stuck).Str("goroutines", string(stacks)).
-			Msg("van: a connection's writer did not stop; closing without releasing ZeroMQ's context")
-		return fmt.Errorf("%w: %s", errWritersStuck, stuck)
+		t.logStuck(wait, stuck, "van: a connection's writer did not stop; closing without releasing ZeroMQ's context")
+		return fmt.Errorf("%w (%v): %s", errWritersStuck, wait, stuck)
 	}
 	if t.guard != nil {
 		t.guard.unwatch()
@@ -933,5 +960,18 @@ func (t *Transport) Close() error {
 	if t.guard != nil {
 		t.guard.close()
 	}
-	return t.ctx.Term()
+	// Terminating waits for every socket to be closed, the monitors' too,
+	// which their goroutines close once they have seen MONITOR_STOPPED or
+	// ETERM: a goroutine held in the connection handler would hold it up.
+	var err error
+	termed := make(chan struct{})
+	go func() {
+		err = t.ctx.Term()
+		close(termed)
+	}()
+	if !within(termed, t.opts.Linger+wait) {
+		t.logStuck(t.opts.Linger+wait, "context", "van: ZeroMQ's context did not terminate (a socket monitor's goroutine is held in the connection handler?)")
+		return fmt.Errorf("%w (%v)", errTermStuck, t.opts.Linger+wait)
+	}
+	return err
 }
