@@ -26,7 +26,8 @@ type socketMonitor struct {
 var monitorSeq atomic.Uint64
 
 // monitorSocket starts delivering sock's events (a mask of zmq.EVENT_*) to
-// f. Call close before the socket is closed.
+// f. Call stop (or close, which also waits for the goroutine) before the
+// socket is closed.
 func monitorSocket(ctx *zmq.Context, sock *zmq.Socket, events zmq.Event, f func(ev zmq.Event, addr string, val int)) (*socketMonitor, error) {
 	addr := fmt.Sprintf("inproc://pslite-monitor-%d", monitorSeq.Add(1))
 	// MONITOR_STOPPED wakes the goroutine at once when monitoring stops.
