@@ -222,26 +222,27 @@ func BenchmarkClose(b *testing.B) {
 	}
 }
 
-// A writer closing its socket does not wait for the socket's monitor, whose
-// goroutine may be busy delivering an event: a connection replaced while
-// its handler runs has its writer stopped at once, and Close returns once
-// the handler does.
-func TestWriterStopsWhileMonitorBusy(t *testing.T) {
+// heldMonitor returns a transport connected as node 1 to a listening one
+// whose connection handler is running, held, on the monitor's goroutine:
+// it returns once release is closed.
+func heldMonitor(t *testing.T, stopWait time.Duration) (tr *Transport, port int, release chan struct{}) {
+	t.Helper()
 	srv, err := New(Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Close()
-	port, err := srv.Bind("127.0.0.1", 0, 10)
+	t.Cleanup(func() { srv.Close() })
+	port, err = srv.Bind("127.0.0.1", 0, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := New(Options{Linger: time.Millisecond})
+	tr, err = New(Options{Linger: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
+	tr.stopWait = stopWait
 	entered := make(chan struct{}, 8)
-	release := make(chan struct{})
+	release = make(chan struct{})
 	tr.SetConnectionHandler(func(int, bool) {
 		entered <- struct{}{}
 		<-release
@@ -254,6 +255,30 @@ func TestWriterStopsWhileMonitorBusy(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no CONNECTED event")
 	}
+	return tr, port, release
+}
+
+// closeWithin closes tr and returns Close's error; the test fails if Close
+// takes 10 s.
+func closeWithin(t *testing.T, tr *Transport) error {
+	t.Helper()
+	closed := make(chan error, 1)
+	go func() { closed <- tr.Close() }()
+	select {
+	case err := <-closed:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return")
+		return nil
+	}
+}
+
+// A writer closing its socket does not wait for the socket's monitor, whose
+// goroutine may be busy delivering an event: a connection replaced while
+// its handler runs has its writer stopped at once, and Close returns once
+// the handler does.
+func TestWriterStopsWhileMonitorBusy(t *testing.T) {
+	tr, port, release := heldMonitor(t, 0)
 	old, err := tr.peer(1)
 	if err != nil {
 		t.Fatal(err)
@@ -267,15 +292,8 @@ func TestWriterStopsWhileMonitorBusy(t *testing.T) {
 		t.Fatal("the replaced connection's writer waits for its monitor")
 	}
 	close(release)
-	closed := make(chan error, 1)
-	go func() { closed <- tr.Close() }()
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close did not return")
+	if err := closeWithin(t, tr); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -283,43 +301,9 @@ func TestWriterStopsWhileMonitorBusy(t *testing.T) {
 // connection handler (terminating ZeroMQ's context waits for that
 // goroutine's socket): it gives up after its bound and says why.
 func TestCloseBoundedWhileHandlerHeld(t *testing.T) {
-	srv, err := New(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	port, err := srv.Bind("127.0.0.1", 0, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := New(Options{Linger: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr.stopWait = 200 * time.Millisecond
-	entered := make(chan struct{}, 8)
-	release := make(chan struct{})
+	tr, _, release := heldMonitor(t, 200*time.Millisecond)
 	defer close(release)
-	tr.SetConnectionHandler(func(int, bool) {
-		entered <- struct{}{}
-		<-release
-	})
-	if err := tr.Connect(1, "127.0.0.1", port, van.Identity(9)); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no CONNECTED event")
-	}
-	closed := make(chan error, 1)
-	go func() { closed <- tr.Close() }()
-	select {
-	case err := <-closed:
-		if !errors.Is(err, errTermStuck) {
-			t.Errorf("Close = %v, want %v", err, errTermStuck)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close hangs while the handler is held")
+	if err := closeWithin(t, tr); !errors.Is(err, errTermStuck) {
+		t.Errorf("Close = %v, want %v", err, errTermStuck)
 	}
 }
