@@ -158,40 +158,6 @@ type peer struct {
 	room    chan struct{} // closed and replaced when q shrinks (with waiters) or the peer closes
 	kick    chan struct{} // wakes the writer (capacity 1)
 	done    chan struct{} // closed when the writer has closed the socket
-
-	// stage is what the writer is doing (a writerStage), for the error
-	// of a Close that found it stuck.
-	stage atomic.Int32
-}
-
-// writerStage is what a peer's writer is doing.
-type writerStage int32
-
-const (
-	stageIdle      writerStage = iota // waiting for messages
-	stageLock                         // waiting for the socket (a sender has it)
-	stageSending                      // handing a message to ZeroMQ
-	stageRoom                         // waiting for room in ZeroMQ's queue
-	stageUnmonitor                    // stopping the socket's monitor
-	stageClose                        // closing the socket
-)
-
-func (s writerStage) String() string {
-	switch s {
-	case stageIdle:
-		return "idle"
-	case stageLock:
-		return "waiting for the socket"
-	case stageSending:
-		return "sending"
-	case stageRoom:
-		return "waiting for room"
-	case stageUnmonitor:
-		return "stopping the socket's monitor"
-	case stageClose:
-		return "closing the socket"
-	}
-	return "unknown"
 }
 
 // pollEvery is how long the writer waits for room at a time before it
@@ -472,22 +438,18 @@ func (t *Transport) write(p *peer) {
 	defer close(p.done)
 	var poller *zmq.Poller
 	for {
-		p.stage.Store(int32(stageIdle))
 		<-p.kick
 		for {
-			p.stage.Store(int32(stageLock))
 			p.sockMu.Lock()
 			if p.isClosing() {
 				p.closeSocket()
 				p.sockMu.Unlock()
 				return
 			}
-			p.stage.Store(int32(stageSending))
 			empty, err := t.sendHead(p)
 			for errors.Is(err, van.ErrWouldBlock) {
 				// ZeroMQ's queue for the peer is full: wait for room a
 				// slice at a time, so that a shut is noticed.
-				p.stage.Store(int32(stageRoom))
 				if poller == nil {
 					poller = zmq.NewPoller()
 					poller.Add(p.sock, zmq.POLLOUT)
@@ -498,7 +460,6 @@ func (t *Transport) write(p *peer) {
 					p.sockMu.Unlock()
 					return
 				}
-				p.stage.Store(int32(stageSending))
 				empty, err = t.sendHead(p)
 			}
 			p.sockMu.Unlock()
@@ -522,9 +483,7 @@ func (p *peer) closeSocket() {
 	if p.sock == nil {
 		return
 	}
-	p.stage.Store(int32(stageUnmonitor))
 	p.mon.stop(p.sock)
-	p.stage.Store(int32(stageClose))
 	p.sock.Close()
 	p.sock = nil
 	p.qMu.Lock()
@@ -868,14 +827,14 @@ func (t *Transport) recvFlags(flags zmq.Flag, lend bool) ([]byte, [][]byte, uint
 // (beyond the linger time) for ZeroMQ's context to terminate.
 const stopWait = 10 * time.Second
 
-// stuckWriters describes the writers still running: their nodes and
-// stages.
+// stuckWriters names the nodes whose writers still run (the goroutines'
+// stacks, which Close logs with it, say where).
 func (t *Transport) stuckWriters() string {
 	t.peersMu.Lock()
 	defer t.peersMu.Unlock()
 	var ws []string
 	for p := range t.live {
-		ws = append(ws, fmt.Sprintf("node %d (%s)", p.id, writerStage(p.stage.Load())))
+		ws = append(ws, fmt.Sprintf("node %d", p.id))
 	}
 	slices.Sort(ws)
 	return strings.Join(ws, ", ")
