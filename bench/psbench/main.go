@@ -267,6 +267,9 @@ func median(d []time.Duration) time.Duration {
 }
 
 func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
 	s := append([]time.Duration(nil), d...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return s[min(int(float64(len(s))*p), len(s)-1)]
@@ -365,8 +368,8 @@ func latency(w *kv.KVWorker[float32], rank int, raw *rawClient, add func(Result)
 	}
 	const block = 100
 	var r, pp, ppl []time.Duration
-	for len(r) < *iters {
-		for i := 0; i < block; i++ {
+	for len(pp) < *iters {
+		for i := 0; i < block && *withRaw; i++ {
 			t, err := raw.roundTrip(ping)
 			prog.Check(err, "raw ping")
 			r = append(r, t)
