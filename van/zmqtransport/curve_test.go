@@ -70,7 +70,7 @@ func TestCurveZAP(t *testing.T) {
 			s.Close()
 			t.Fatal(err)
 		}
-		closeSock := func() { mon.close(s); s.Close() }
+		closeSock := func() { mon.stop(s); <-mon.done; s.Close() }
 		s.Connect(fmt.Sprintf("tcp://127.0.0.1:%d", port))
 		s.SendBytes([]byte("hello"), 0)
 		select {

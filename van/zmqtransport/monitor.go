@@ -26,8 +26,7 @@ type socketMonitor struct {
 var monitorSeq atomic.Uint64
 
 // monitorSocket starts delivering sock's events (a mask of zmq.EVENT_*) to
-// f. Call stop (or close, which also waits for the goroutine) before the
-// socket is closed.
+// f. Call stop before the socket is closed.
 func monitorSocket(ctx *zmq.Context, sock *zmq.Socket, events zmq.Event, f func(ev zmq.Event, addr string, val int)) (*socketMonitor, error) {
 	addr := fmt.Sprintf("inproc://pslite-monitor-%d", monitorSeq.Add(1))
 	// MONITOR_STOPPED wakes the goroutine at once when monitoring stops.
@@ -73,14 +72,4 @@ func (m *socketMonitor) stop(sock *zmq.Socket) {
 	if m != nil {
 		sock.Monitor("", 0)
 	}
-}
-
-// close stops monitoring sock and waits for the monitor's goroutine, which
-// the MONITOR_STOPPED event ends at once.
-func (m *socketMonitor) close(sock *zmq.Socket) {
-	if m == nil {
-		return
-	}
-	m.stop(sock)
-	<-m.done
 }
