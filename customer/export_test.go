@@ -67,3 +67,11 @@ func (c *Customer) Stopping() bool {
 	defer c.queue.mu.Unlock()
 	return c.queue.closed
 }
+
+// SetYield replaces the CPU yield of a lone Wait with f until the
+// returned function restores it; no Wait may run meanwhile.
+func SetYield(f func()) (restore func()) {
+	old := yieldCPU
+	yieldCPU = f
+	return func() { yieldCPU = old }
+}

@@ -224,7 +224,18 @@ func (t *Tracker) WaitContext(ctx context.Context, ts int) error {
 		r.done = make(chan struct{})
 	}
 	done := r.done
+	lone := t.pending.Len() == 1
 	t.mu.Unlock()
+	if lone {
+		// A caller that has nothing else in flight is about to block.
+		// Its request was most likely handed to a transport thread just
+		// now (libzmq's I/O thread), which the kernel queues on this CPU
+		// behind the caller: give the CPU away first, so that the request
+		// leaves now rather than once the Go scheduler has found nothing
+		// else to run on this thread. With more in flight the transport
+		// is busy anyway, and yielding per request only costs.
+		yieldCPU()
+	}
 	if stop := ctx.Done(); stop == nil {
 		<-done // (a select costs more)
 	} else {

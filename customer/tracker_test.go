@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -545,4 +546,49 @@ func TestTrackerManyInFlight(t *testing.T) {
 	if p, f, o := tr.Sizes(); p != 0 || f != 0 || o != 0 {
 		t.Fatalf("internal sizes %d/%d/%d, want 0/0/0", p, f, o)
 	}
+}
+
+// A Wait that is about to block yields the CPU first only when its request
+// is the only one in flight (see WaitContext); one that need not block, or
+// waits with others in flight, does not.
+func TestTrackerYieldsOnlyBeforeALoneWait(t *testing.T) {
+	var yields atomic.Int32
+	defer customer.SetYield(func() { yields.Add(1) })()
+	tr := customer.NewTracker()
+
+	finished := newReq(t, tr, 1)
+	tr.AddResponse(finished, 1)
+	if err := waitDone(t, tr, finished); err != nil {
+		t.Fatal(err)
+	}
+	if n := yields.Load(); n != 0 {
+		t.Fatalf("a Wait on a finished request yielded %d times", n)
+	}
+
+	// waitFor waits on ts in a goroutine, answers it once the goroutine
+	// waits, and returns the yields the Wait made.
+	waitFor := func(ts int) int32 {
+		before := yields.Load()
+		ch := make(chan error, 1)
+		go func() { ch <- tr.Wait(ts) }()
+		waitFor(t, "Wait to wait", func() bool { return tr.Waiting(ts) })
+		tr.AddResponse(ts, 1)
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("Wait(%d) did not return", ts)
+		}
+		return yields.Load() - before
+	}
+	if n := waitFor(newReq(t, tr, 1)); n != 1 {
+		t.Fatalf("a Wait on the only request in flight yielded %d times, want 1", n)
+	}
+	first, second := newReq(t, tr, 1), newReq(t, tr, 1)
+	if n := waitFor(first); n != 0 {
+		t.Fatalf("a Wait with two requests in flight yielded %d times, want 0", n)
+	}
+	tr.AddResponse(second, 1)
 }
