@@ -355,7 +355,8 @@ func bulk(w *kv.KVWorker[float32], rank int, raw *rawClient, add func(Result)) {
 
 // latency alternates blocks of raw 16-byte ping-pongs, 1-key pushes each
 // followed by a 1-key pull, and 1-key push-pulls, all with the server that
-// holds the worker's key.
+// holds the worker's key; the workers start each block of raw pings, and
+// the blocks after it, together.
 func latency(w *kv.KVWorker[float32], rank int, raw *rawClient, add func(Result)) {
 	keys := []uint64{uint64(rank)}
 	vals := []float32{1}
@@ -369,10 +370,18 @@ func latency(w *kv.KVWorker[float32], rank int, raw *rawClient, add func(Result)
 	const block = 100
 	var r, pp, ppl []time.Duration
 	for len(pp) < *iters {
-		for i := 0; i < block && *withRaw; i++ {
-			t, err := raw.roundTrip(ping)
-			prog.Check(err, "raw ping")
-			r = append(r, t)
+		if *withRaw {
+			// Every worker pings raw at the same time, then measures ours
+			// at the same time: in a job of several workers, ours
+			// otherwise competes with the others' raw pings, which C++
+			// ps-lite's runs (bench/cpp, without them) do not.
+			prog.Check(ps.Barrier(0, ps.WorkerGroup), "barrier")
+			for i := 0; i < block; i++ {
+				t, err := raw.roundTrip(ping)
+				prog.Check(err, "raw ping")
+				r = append(r, t)
+			}
+			prog.Check(ps.Barrier(0, ps.WorkerGroup), "barrier")
 		}
 		for i := 0; i < block; i++ {
 			start := time.Now()
