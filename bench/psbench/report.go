@@ -150,9 +150,9 @@ func (c comparison) vsCPP(r Result) (ratio float64, spread string, ok bool) {
 
 // pairedCost returns the median of ours' cost over the other's taken run
 // by run (the i-th of ours against the i-th of the other: scripts/bench.sh
-// runs them alternately), and the range of those costs written out; with
-// other than one run of each per round (the counts differ), or a run that
-// measured nothing, it returns 0.
+// runs them alternately), and the range of those costs written out. When
+// the two did not run equally often, or a run measured nothing, it
+// returns 0.
 func pairedCost(ours, other []float64, unit string) (float64, string) {
 	if len(ours) == 0 || len(ours) != len(other) {
 		return 0, ""
