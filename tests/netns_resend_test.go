@@ -94,12 +94,28 @@ func TestNetnsResendOnSlowLinks(t *testing.T) {
 			if on.workerTx > 1.1*off.workerTx || on.serverTx > 1.1*off.serverTx {
 				t.Errorf("with resending the hosts sent more than 1.1x the bytes: %s against %s", on, off)
 			}
-			if on.serverRSS > 1.5*off.serverRSS {
-				t.Errorf("with resending the servers' peak memory is more than 1.5x: %s against %s", on, off)
+			if limit := rssLimit(off.serverRSS); on.serverRSS > limit {
+				t.Errorf("with resending the servers' peak memory is more than %.0f MB (1.5x, or two requests more): %s against %s", limit, on, off)
 			}
 		})
 	}
 }
+
+// requestMB is one server's share of one of test_kv_app_benchmark's
+// requests in a 2x2 job: half of 10,000,000 keys of 8 bytes with a 4-byte
+// value each.
+const requestMB = 10_000_000 / 2 * 12 / 1e6
+
+// rssLimit is the most a server's peak memory may reach with resending, given
+// its peak without: 1.5x, or two requests' shares more where that is
+// larger. A message is kept until acknowledged, so one more request may be
+// alive at the peak, and with GOGC=100 live data can add twice its size to
+// the heap the collector lets grow. A single run's peak without resending
+// has been as low as 119 MB against a mean near 200, which 1.5x alone did
+// not absorb (184 MB with resending failed). What this guards against is
+// copies piling up: before resend timers started when a message could have
+// left, the servers peaked at over 1,100 MB.
+func rssLimit(offMB float64) float64 { return max(1.5*offMB, offMB+2*requestMB) }
 
 func b2i(b bool) int {
 	if b {
