@@ -565,9 +565,9 @@ func TestTrackerYieldsOnlyBeforeALoneWait(t *testing.T) {
 		t.Fatalf("a Wait on a finished request yielded %d times", n)
 	}
 
-	// waitFor waits on ts in a goroutine, answers it once the goroutine
+	// yieldsOf waits on ts in a goroutine, answers it once the goroutine
 	// waits, and returns the yields the Wait made.
-	waitFor := func(ts int) int32 {
+	yieldsOf := func(ts int) int32 {
 		before := yields.Load()
 		ch := make(chan error, 1)
 		go func() { ch <- tr.Wait(ts) }()
@@ -583,11 +583,11 @@ func TestTrackerYieldsOnlyBeforeALoneWait(t *testing.T) {
 		}
 		return yields.Load() - before
 	}
-	if n := waitFor(newReq(t, tr, 1)); n != 1 {
+	if n := yieldsOf(newReq(t, tr, 1)); n != 1 {
 		t.Fatalf("a Wait on the only request in flight yielded %d times, want 1", n)
 	}
 	first, second := newReq(t, tr, 1), newReq(t, tr, 1)
-	if n := waitFor(first); n != 0 {
+	if n := yieldsOf(first); n != 0 {
 		t.Fatalf("a Wait with two requests in flight yielded %d times, want 0", n)
 	}
 	tr.AddResponse(second, 1)
