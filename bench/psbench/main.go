@@ -266,6 +266,10 @@ func median(d []time.Duration) time.Duration {
 	return s[len(s)/2]
 }
 
+// workersMeet waits until every worker has called it (a barrier of the
+// worker group), so that they start what follows together.
+func workersMeet() { prog.Check(ps.Barrier(0, ps.WorkerGroup), "barrier") }
+
 func percentile(d []time.Duration, p float64) time.Duration {
 	if len(d) == 0 {
 		return 0
@@ -330,9 +334,9 @@ func bulk(w *kv.KVWorker[float32], rank int, raw *rawClient, add func(Result)) {
 		}
 		// One unmeasured round of each first: the first transfer of a size
 		// grows the heaps and faults their pages in.
-		prog.Check(ps.Barrier(0, ps.WorkerGroup), "barrier")
+		workersMeet()
 		runRaw()
-		prog.Check(ps.Barrier(0, ps.WorkerGroup), "barrier")
+		workersMeet()
 		runOurs()
 		r, d, calls = r[:0], d[:0], calls[:0]
 		for i := 0; i < *repeat; i++ {
@@ -342,9 +346,9 @@ func bulk(w *kv.KVWorker[float32], rank int, raw *rawClient, add func(Result)) {
 			if i%2 == 1 {
 				first, second = runOurs, runRaw
 			}
-			prog.Check(ps.Barrier(0, ps.WorkerGroup), "barrier")
+			workersMeet()
 			first()
-			prog.Check(ps.Barrier(0, ps.WorkerGroup), "barrier")
+			workersMeet()
 			second()
 		}
 		add(Result{Name: "bulk_" + op.name, Keys: *numKeys, Bytes: bytes, Value: ms(median(d)), Unit: "ms",
@@ -375,13 +379,13 @@ func latency(w *kv.KVWorker[float32], rank int, raw *rawClient, add func(Result)
 			// at the same time: in a job of several workers, ours
 			// otherwise competes with the others' raw pings, which C++
 			// ps-lite's runs (bench/cpp, without them) do not.
-			prog.Check(ps.Barrier(0, ps.WorkerGroup), "barrier")
+			workersMeet()
 			for i := 0; i < block; i++ {
 				t, err := raw.roundTrip(ping)
 				prog.Check(err, "raw ping")
 				r = append(r, t)
 			}
-			prog.Check(ps.Barrier(0, ps.WorkerGroup), "barrier")
+			workersMeet()
 		}
 		for i := 0; i < block; i++ {
 			start := time.Now()
@@ -417,14 +421,14 @@ func windowed(w *kv.KVWorker[float32], rank int, raw *rawClient, add func(Result
 		}
 	}
 	rate := func(name string, n, window int) {
-		prog.Check(ps.Barrier(0, ps.WorkerGroup), "barrier")
+		workersMeet()
 		rawRate := 0.0
 		if *withRaw {
 			var err error
 			rawRate, err = raw.windowRate(server, &rawReq{send: [][]byte{make([]byte, 8)}, reply: []int{metaBytes}}, n, window)
 			prog.Check(err, "raw window")
 		}
-		prog.Check(ps.Barrier(0, ps.WorkerGroup), "barrier")
+		workersMeet()
 		start := time.Now()
 		ring := make([]int, 0, window)
 		for i := 0; i < n; i++ {
