@@ -35,7 +35,7 @@ test: vet nocgo build
 
 nocgo:
 	CGO_ENABLED=0 $(GO) build $$($(GO) list ./... | grep -v -e /van/zmqtransport -e /bench/psbench)
-	CGO_ENABLED=0 $(GO) test -count=1 ./van/ ./van/control/ ./tests/faults/
+	CGO_ENABLED=0 $(GO) test -count=1 ./van/ ./van/control/ ./van/zmtptransport/ ./tests/faults/
 
 demo: build
 	scripts/local.sh 2 2 $(BUILD)/test_kv_app

@@ -1,0 +1,30 @@
+// Package zmtptransport is a ps-lite transport that speaks ZeroMQ's wire
+// protocol (ZMTP 3.1, NULL mechanism) in Go, without libzmq: a node listens
+// on one socket, on which its peers connect as DEALERs (it is their
+// ROUTER), and connects to each peer as a DEALER identified as "ps<id>".
+// On the wire it is what libzmq's ROUTER and DEALER sockets are, so its
+// nodes mix with nodes on the ZeroMQ transport (zmqtransport) and with C++
+// ps-lite in one job. A node uses it with DMLC_PS_VAN_TYPE=zmtp.
+//
+// What it buys: libzmq moves every message through an I/O thread of its
+// own, so a message crosses two threads on each side on its way; here the
+// goroutine that sends writes to the kernel itself (one non-blocking
+// system call for a message to an idle peer), and the receiving side's
+// reader goroutine is woken by Go's network poller. A round trip on
+// loopback takes about half as long (docs/PERFORMANCE-NOTES.md).
+//
+// What it lacks: CURVE encryption (a job with PS_CURVE_* keys uses the
+// ZeroMQ transport), and ZMTP heartbeats of its own (it answers a peer's
+// PINGs; with PS_LINK_TIMEOUT it relies on TCP keepalive and
+// TCP_USER_TIMEOUT to notice a peer's host gone, and on the van's
+// heartbeats for a peer that stopped).
+//
+// Goroutines: one accepts connections; one per accepted connection reads
+// it and passes messages to the receive loop through a bounded queue (a
+// full queue stops the reading, and TCP pushes back on the sender); one
+// per peer connects, reconnects every ReconnectInterval, and writes what
+// waits in the peer's queue; one per peer connection reads (and answers)
+// what the peer's ROUTER sends. No lock is held across I/O that may wait
+// but a peer's write lock, which only its writer waits for and Close
+// breaks with a deadline.
+package zmtptransport

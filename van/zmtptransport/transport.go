@@ -1,0 +1,1180 @@
+package zmtptransport
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gopslite/pslite/message"
+	"github.com/gopslite/pslite/van"
+)
+
+// Options configures a Transport. The fields mean what they mean for the
+// ZeroMQ transport (zmqtransport.Options), of which this takes the ones
+// that apply.
+type Options struct {
+	// Local uses the Unix socket /tmp/<port> instead of TCP (DMLC_LOCAL):
+	// libzmq's ipc:///tmp/<port>.
+	Local bool
+	// WaterMark, when positive, bounds the messages waiting for one peer
+	// before Send waits (DMLC_PS_WATER_MARK); 0 means QueueLimit.
+	WaterMark int
+	// BindAll binds every address instead of the node's host.
+	BindAll bool
+	// RecvTimeout bounds each blocking receive; 0 means 200ms.
+	RecvTimeout time.Duration
+	// Linger is how long closing a connection waits to send what is
+	// queued for it; 0 means 500ms.
+	Linger time.Duration
+	// QueueLimit bounds the messages waiting for one peer before Send
+	// waits; 0 means 1024. TrySend may queue twice as many.
+	QueueLimit int
+	// MaxMessageBytes bounds the bytes of one received message (a frame
+	// beyond it drops the sender's connection, as libzmq does; frames that
+	// add up beyond it drop the message); 0 means 1 GiB.
+	MaxMessageBytes int64
+	// MaxFrames bounds the frames of one received message; 0 means 64.
+	MaxFrames int
+	// LinkTimeout, when positive, makes every TCP connection probe an idle
+	// peer (keepalive after LinkTimeout/2) and give up on data the peer
+	// does not acknowledge within LinkTimeout (TCP_USER_TIMEOUT), so that
+	// a cut cable or a host gone is noticed.
+	LinkTimeout time.Duration
+	// HandshakeTimeout bounds a connection's ZMTP handshake; 0 means 10s.
+	HandshakeTimeout time.Duration
+	// ReconnectInterval is the wait between attempts to connect to a peer
+	// (libzmq's ZMQ_RECONNECT_IVL); 0 means 100ms.
+	ReconnectInterval time.Duration
+	// Log receives the transport's warnings (peers that break the
+	// protocol, refused identities).
+	Log zerolog.Logger
+}
+
+const (
+	defaultMaxMessageBytes = 1 << 30
+	defaultMaxFrames       = 64
+
+	// packMax bounds the encoded size of a message that joins a pack:
+	// small messages queued for a peer are encoded end to end into one
+	// buffer, written with one system call.
+	packMax = 16 << 10
+	// packCap is the size past which a pack takes no more messages.
+	packCap = 256 << 10
+	// zeroCopyMin is the smallest shared frame sent without a copy.
+	zeroCopyMin = 512 << 10
+	// coalesceGap: a small message sent to a peer less than this after
+	// the last one a Send wrote itself goes to the peer's writer, which
+	// writes what has queued by then with one system call. A message
+	// alone (a request, its response a round trip later) is written at
+	// once; a run of them (pushes with many outstanding) travels in few
+	// TCP segments, each of which costs both sides far more than the
+	// bytes in it. Measured in docs/PERFORMANCE-NOTES.md.
+	coalesceGap = 50 * time.Microsecond
+	// maxHeld is how many messages a held peer's queue takes before its
+	// writer sends them all the same.
+	maxHeld = 64
+	// readBuffer is the size of each connection's read buffer.
+	readBuffer = 64 << 10
+	// inboxLen is how many batches of received messages wait for the
+	// receive loop before the connections' readers wait (and TCP pushes
+	// back).
+	inboxLen = 64
+	// maxBatch bounds the messages a reader passes on at once: those it
+	// has read already when it has read one.
+	maxBatch = 32
+	// stopWait bounds how long Close waits, beyond the linger time, for
+	// the transport's goroutines.
+	stopWait = 10 * time.Second
+)
+
+// Transport speaks ZeroMQ's wire protocol, ZMTP 3.1, itself: a node binds
+// one listening socket, on which every peer's DEALER connects (a ROUTER to
+// them), and opens one connection per peer, as a DEALER, to send to it. It
+// is wire compatible with libzmq's ROUTER and DEALER sockets, so nodes
+// using it, the ZeroMQ transport and C++ ps-lite mix in one job.
+//
+// Each accepted connection has a reader goroutine, which passes what it
+// reads to the receive loop through a bounded queue. Each peer has a
+// writer goroutine, which connects (and reconnects) and writes what waits
+// in the peer's queue. A Send to an idle peer writes the message itself,
+// with one non-blocking system call, and leaves whatever the kernel did
+// not take to the writer.
+type Transport struct {
+	opts Options
+	ln   net.Listener
+
+	inbox   chan []inMsg
+	stop    chan struct{} // closed by Close
+	timer   *time.Timer   // Recv's; the receive loop's
+	pending []inMsg       // the rest of the batch Recv took last; the receive loop's
+
+	mu       sync.Mutex // guards the fields below; never held across I/O
+	peers    map[int]*peer
+	conns    map[*inConn]struct{}
+	owners   map[string]*inConn // identity -> the connection it is delivered from
+	handover bool
+	closed   bool
+	anon     uint32 // the last identity made up for a peer without one
+
+	view atomic.Pointer[peerView]
+	wg   sync.WaitGroup // every goroutine of the transport
+
+	heldMu sync.Mutex
+	held   []*peer
+
+	onConnection atomic.Pointer[func(id int, up bool)]
+}
+
+var (
+	_ van.Transport          = (*Transport)(nil)
+	_ van.ConnectionReporter = (*Transport)(nil)
+	_ van.Batcher            = (*Transport)(nil)
+	_ van.Handover           = (*Transport)(nil)
+)
+
+// inMsg is a received message, or the error of one that was skipped.
+type inMsg struct {
+	ident  []byte
+	frames [][]byte
+	err    error
+}
+
+// inConn is an accepted connection.
+type inConn struct {
+	c     net.Conn
+	ident string
+	owner atomic.Bool // its messages are delivered (it holds its identity)
+	wMu   sync.Mutex  // guards writes (PONGs)
+}
+
+// New creates a transport.
+func New(opts Options) (*Transport, error) {
+	if opts.RecvTimeout <= 0 {
+		opts.RecvTimeout = 200 * time.Millisecond
+	}
+	if opts.Linger <= 0 {
+		opts.Linger = 500 * time.Millisecond
+	}
+	if opts.QueueLimit <= 0 {
+		opts.QueueLimit = 1024
+	}
+	if opts.WaterMark > 0 {
+		opts.QueueLimit = opts.WaterMark
+	}
+	if opts.MaxMessageBytes <= 0 {
+		opts.MaxMessageBytes = defaultMaxMessageBytes
+	}
+	if opts.MaxFrames <= 0 {
+		opts.MaxFrames = defaultMaxFrames
+	}
+	if opts.HandshakeTimeout <= 0 {
+		opts.HandshakeTimeout = 10 * time.Second
+	}
+	if opts.ReconnectInterval <= 0 {
+		opts.ReconnectInterval = 100 * time.Millisecond
+	}
+	t := &Transport{
+		opts:   opts,
+		inbox:  make(chan []inMsg, inboxLen),
+		stop:   make(chan struct{}),
+		peers:  map[int]*peer{},
+		conns:  map[*inConn]struct{}{},
+		owners: map[string]*inConn{},
+		anon:   rand.Uint32(),
+	}
+	t.view.Store(&peerView{peers: map[int]*peer{}})
+	return t, nil
+}
+
+// SetConnectionHandler implements van.ConnectionReporter: f(id, true) when
+// the connection to node id has made its handshake, f(id, false) when an
+// established one drops. f runs on the peer's writer goroutine.
+func (t *Transport) SetConnectionHandler(f func(id int, up bool)) { t.onConnection.Store(&f) }
+
+// SetHandover implements van.Handover: while on, a connection announcing
+// an identity another connection holds takes it over (the other is
+// closed); while off, the newcomer's messages are dropped, as libzmq's
+// ROUTER does.
+func (t *Transport) SetHandover(on bool) error {
+	t.mu.Lock()
+	t.handover = on
+	t.mu.Unlock()
+	return nil
+}
+
+// address returns the network and address of a node's endpoint.
+func (t *Transport) address(host string, port int) (network, addr string) {
+	if t.opts.Local {
+		return "unix", "/tmp/" + strconv.Itoa(port)
+	}
+	return "tcp", net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// Bind implements van.Transport.
+func (t *Transport) Bind(host string, port, maxRetry int) (int, error) {
+	if t.ln != nil {
+		return 0, errors.New("van: already bound")
+	}
+	if host == "*" || t.opts.BindAll {
+		host = ""
+	}
+	var lastErr error
+	for i := 0; i <= maxRetry; i++ {
+		switch {
+		case port <= 0 && i == 0 && !t.opts.Local:
+			// The kernel picks a free port, as with C++ ps-lite.
+		case i > 0 || port <= 0:
+			port = 10000 + rand.IntN(40000)
+		}
+		network, addr := t.address(host, max(port, 0))
+		if network == "unix" {
+			os.Remove(addr) // what a previous run left behind, as libzmq does
+		}
+		ln, err := net.Listen(network, addr)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		if port <= 0 {
+			port = ln.Addr().(*net.TCPAddr).Port
+		}
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			ln.Close()
+			return 0, van.ErrClosed
+		}
+		t.ln = ln
+		t.wg.Add(1)
+		t.mu.Unlock()
+		go t.accept(ln)
+		return port, nil
+	}
+	network, addr := t.address(host, port)
+	return 0, fmt.Errorf("van: bind %s %s: %w", network, addr, lastErr)
+}
+
+// accept accepts connections until the listener closes.
+func (t *Transport) accept(ln net.Listener) {
+	defer t.wg.Done()
+	var backoff *time.Timer
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if t.stopped() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of file descriptors, say: try again in a moment.
+			t.opts.Log.Warn().Err(err).Msg("zmtp: accepting a connection failed")
+			if backoff == nil {
+				backoff = time.NewTimer(10 * time.Millisecond)
+			} else {
+				backoff.Reset(10 * time.Millisecond)
+			}
+			select {
+			case <-t.stop:
+				return
+			case <-backoff.C:
+			}
+			continue
+		}
+		ic := &inConn{c: c}
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			c.Close()
+			return
+		}
+		t.conns[ic] = struct{}{}
+		t.wg.Add(1)
+		t.mu.Unlock()
+		go t.serve(ic)
+	}
+}
+
+func (t *Transport) stopped() bool {
+	select {
+	case <-t.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// serve reads one accepted connection's messages until it closes.
+func (t *Transport) serve(ic *inConn) {
+	defer t.wg.Done()
+	defer t.forget(ic)
+	t.tune(ic.c)
+	br := bufio.NewReaderSize(ic.c, readBuffer)
+	props, err := t.handshake(ic.c, br, "ROUTER", "")
+	if err != nil {
+		if !t.stopped() {
+			t.opts.Log.Warn().Err(err).Str("from", ic.c.RemoteAddr().String()).Msg("zmtp: handshake failed, connection closed")
+		}
+		return
+	}
+	ident := []byte(props["identity"])
+	if len(ident) == 0 {
+		ident = t.anonIdentity()
+	}
+	ic.ident = string(ident)
+	if !t.claim(ic) {
+		t.opts.Log.Warn().Str("identity", ic.ident).Str("from", ic.c.RemoteAddr().String()).
+			Msg("zmtp: identity already connected; dropping this connection's messages while the other holds it")
+	}
+	fr := &frameReader{r: br, maxFrames: t.opts.MaxFrames, maxBytes: t.opts.MaxMessageBytes}
+	var batch []inMsg
+	for {
+		// Pass on, together, what has arrived already: one hand-off to the
+		// receive loop for a run of messages rather than one each.
+		if len(batch) > 0 && (br.Buffered() == 0 || len(batch) == maxBatch) {
+			if !t.deliver(batch) {
+				return
+			}
+			batch = nil
+		}
+		frames, cmd, err := fr.readMessage()
+		if err != nil {
+			var o *oversized
+			if errors.As(err, &o) {
+				batch = append(batch, inMsg{err: fmt.Errorf("%w: from %q, %v", van.ErrOversized, ident, o)})
+				continue
+			}
+			if len(batch) > 0 {
+				t.deliver(batch)
+			}
+			if !t.stopped() && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				t.opts.Log.Warn().Err(err).Str("identity", ic.ident).Msg("zmtp: connection dropped")
+			}
+			return
+		}
+		if cmd != nil {
+			if reply := answer(cmd); reply != nil {
+				ic.wMu.Lock()
+				ic.c.SetWriteDeadline(time.Now().Add(t.opts.HandshakeTimeout))
+				_, err := ic.c.Write(reply)
+				ic.wMu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+			continue
+		}
+		if !ic.owner.Load() && !t.claim(ic) {
+			continue // another connection holds the identity
+		}
+		batch = append(batch, inMsg{ident: ident, frames: frames})
+	}
+}
+
+// answer returns the reply to a command a peer sent after the handshake
+// (a PONG to a PING), or nil.
+func answer(cmd []byte) []byte {
+	name, body, err := parseCommand(cmd)
+	if err == nil && name == "PING" {
+		return pong(body)
+	}
+	return nil
+}
+
+// deliver hands received messages to the receive loop; false when the
+// transport closed first.
+func (t *Transport) deliver(batch []inMsg) bool {
+	select {
+	case t.inbox <- batch:
+		return true
+	case <-t.stop:
+		return false
+	}
+}
+
+// anonIdentity makes up an identity for a peer that announced none, as
+// libzmq's ROUTER does: a zero byte, then a 32-bit number.
+func (t *Transport) anonIdentity() []byte {
+	t.mu.Lock()
+	t.anon++
+	n := t.anon
+	t.mu.Unlock()
+	return binary.BigEndian.AppendUint32([]byte{0}, n)
+}
+
+// claim makes ic the connection its identity's messages are delivered
+// from, if no other holds it or handover is on (the other is then
+// closed); it reports whether ic holds it.
+func (t *Transport) claim(ic *inConn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := t.owners[ic.ident]
+	switch {
+	case old == ic:
+		return true
+	case old != nil && !t.handover:
+		return false
+	}
+	if old != nil {
+		old.owner.Store(false)
+		old.c.Close()
+	}
+	t.owners[ic.ident] = ic
+	ic.owner.Store(true)
+	return true
+}
+
+// forget closes an accepted connection and lets go of its identity.
+func (t *Transport) forget(ic *inConn) {
+	ic.c.Close()
+	t.mu.Lock()
+	delete(t.conns, ic)
+	if t.owners[ic.ident] == ic {
+		delete(t.owners, ic.ident)
+	}
+	t.mu.Unlock()
+}
+
+// handshake makes the ZMTP handshake on c as a socket of type ours,
+// announcing identity, and returns the peer's properties.
+func (t *Transport) handshake(c net.Conn, br *bufio.Reader, ours, identity string) (map[string]string, error) {
+	c.SetDeadline(time.Now().Add(t.opts.HandshakeTimeout))
+	defer c.SetDeadline(time.Time{})
+	if _, err := c.Write(greeting()); err != nil {
+		return nil, err
+	}
+	g := make([]byte, greetingLen)
+	if _, err := io.ReadFull(br, g); err != nil {
+		return nil, err
+	}
+	if err := checkGreeting(g); err != nil {
+		return nil, err
+	}
+	if _, err := c.Write(ready(ours, identity)); err != nil {
+		return nil, err
+	}
+	fr := &frameReader{r: br, maxFrames: 1, maxBytes: 1 << 16}
+	_, cmd, err := fr.readMessage()
+	if err != nil {
+		return nil, err
+	}
+	name, body, err := parseCommand(cmd)
+	if err != nil {
+		return nil, err
+	}
+	if name != "READY" {
+		return nil, fmt.Errorf("%w: %q before READY", errProtocol, name)
+	}
+	props, err := parseProperties(body)
+	if err != nil {
+		return nil, err
+	}
+	if theirs := props["socket-type"]; !compatible(ours, theirs) {
+		return nil, fmt.Errorf("%w: a %s socket cannot talk to a %q socket", errProtocol, ours, theirs)
+	}
+	return props, nil
+}
+
+// tune sets a new connection's options.
+func (t *Transport) tune(c net.Conn) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return
+	}
+	tc.SetNoDelay(true)
+	if d := t.opts.LinkTimeout; d > 0 {
+		tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: d / 2, Interval: max(d/12, time.Second), Count: 6})
+		setUserTimeout(tc, d)
+	}
+}
+
+// Connect implements van.Transport: the peer's writer connects, and
+// reconnects every ReconnectInterval while the peer cannot be reached.
+func (t *Transport) Connect(id int, host string, port int, identity string) error {
+	network, addr := t.address(host, port)
+	p := newPeer(t, id, network, addr, identity)
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return van.ErrClosed
+	}
+	old := t.peers[id]
+	t.peers[id] = p
+	t.publishLocked()
+	t.wg.Add(1)
+	t.mu.Unlock()
+	old.shut()
+	go p.run()
+	return nil
+}
+
+// Disconnect implements van.Transport.
+func (t *Transport) Disconnect(id int) {
+	t.mu.Lock()
+	p := t.peers[id]
+	delete(t.peers, id)
+	t.publishLocked()
+	t.mu.Unlock()
+	p.shut()
+}
+
+// peerView is a published copy of a transport's peers.
+type peerView struct {
+	peers  map[int]*peer
+	closed bool
+}
+
+// publishLocked publishes a copy of peers and closed; mu is held.
+func (t *Transport) publishLocked() {
+	t.view.Store(&peerView{peers: maps.Clone(t.peers), closed: t.closed})
+}
+
+// peer returns the sending side for id.
+func (t *Transport) peer(id int) (*peer, error) {
+	v := t.view.Load()
+	if v.closed {
+		return nil, van.ErrClosed
+	}
+	p, ok := v.peers[id]
+	if !ok {
+		return nil, fmt.Errorf("%w %d", van.ErrNoPeer, id)
+	}
+	return p, nil
+}
+
+// current reports whether p is still the transport's peer for its node.
+func (t *Transport) current(p *peer) bool {
+	v := t.view.Load()
+	return !v.closed && v.peers[p.id] == p
+}
+
+// Send implements van.Transport. Shared frames of 512 KiB or more are
+// written without a copy.
+func (t *Transport) Send(ctx context.Context, id int, frames [][]byte, shared bool) (int, error) {
+	p, err := t.peer(id)
+	if err != nil {
+		return 0, err
+	}
+	return p.send(ctx, frames, shared, t.opts.QueueLimit)
+}
+
+// TrySend implements van.Transport.
+func (t *Transport) TrySend(id int, frames [][]byte, shared bool) (int, error) {
+	p, err := t.peer(id)
+	if err != nil {
+		return 0, err
+	}
+	return p.send(nil, frames, shared, 2*t.opts.QueueLimit)
+}
+
+// Hold implements van.Batcher.
+func (t *Transport) Hold(id int) {
+	p, err := t.peer(id)
+	if err != nil {
+		return
+	}
+	p.qMu.Lock()
+	was := p.held
+	p.held = true
+	p.qMu.Unlock()
+	if !was {
+		t.heldMu.Lock()
+		t.held = append(t.held, p)
+		t.heldMu.Unlock()
+	}
+}
+
+// Flush implements van.Batcher: what the held peers' queues hold is
+// written by the calling goroutine when the kernel takes it at once, and
+// otherwise by the peers' writers. It never waits.
+func (t *Transport) Flush() {
+	t.heldMu.Lock()
+	held := t.held
+	t.held = nil
+	t.heldMu.Unlock()
+	for i, p := range held {
+		held[i] = nil
+		p.qMu.Lock()
+		p.held = false
+		queued := len(p.q) > 0
+		p.qMu.Unlock()
+		if queued && !p.drain() {
+			p.wake()
+		}
+	}
+	if cap(held) <= 16 {
+		t.heldMu.Lock()
+		if t.held == nil {
+			t.held = held[:0]
+		}
+		t.heldMu.Unlock()
+	}
+}
+
+// Recv implements van.Transport.
+func (t *Transport) Recv() ([]byte, [][]byte, error) {
+	if t.ln == nil {
+		return nil, nil, errors.New("van: not bound")
+	}
+	if m, ok := t.next(); ok {
+		return m.ident, m.frames, m.err
+	}
+	if t.timer == nil {
+		t.timer = time.NewTimer(t.opts.RecvTimeout)
+	} else {
+		t.timer.Reset(t.opts.RecvTimeout)
+	}
+	select {
+	case b := <-t.inbox:
+		t.timer.Stop()
+		t.pending = b
+		m, _ := t.next()
+		return m.ident, m.frames, m.err
+	case <-t.timer.C:
+		return nil, nil, van.ErrRecvTimeout
+	case <-t.stop:
+		t.timer.Stop()
+		return nil, nil, van.ErrClosed
+	}
+}
+
+// next returns the next message received already, if any.
+func (t *Transport) next() (inMsg, bool) {
+	if len(t.pending) == 0 {
+		select {
+		case t.pending = <-t.inbox:
+		default:
+			return inMsg{}, false
+		}
+	}
+	m := t.pending[0]
+	t.pending[0] = inMsg{}
+	t.pending = t.pending[1:]
+	return m, true
+}
+
+// TryRecvLent implements van.Batcher: Recv that returns van.ErrRecvTimeout
+// at once when no message waits. Nothing is lent: every frame is the
+// caller's.
+func (t *Transport) TryRecvLent() ([]byte, [][]byte, uint64, func(), error) {
+	m, ok := t.next()
+	if !ok {
+		return nil, nil, 0, nil, van.ErrRecvTimeout
+	}
+	return m.ident, m.frames, 0, nil, m.err
+}
+
+// errStuck is Close's error when a goroutine of the transport did not stop
+// in time.
+var errStuck = errors.New("van: the transport's goroutines did not stop in time")
+
+// Close implements van.Transport. Each peer's writer gets the linger time
+// to send what is queued; Close waits at most that and stopWait more.
+func (t *Transport) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	peers := t.peers
+	t.peers = map[int]*peer{}
+	t.publishLocked()
+	conns := make([]*inConn, 0, len(t.conns))
+	for ic := range t.conns {
+		conns = append(conns, ic)
+	}
+	ln := t.ln
+	t.mu.Unlock()
+	close(t.stop)
+	if ln != nil {
+		ln.Close() // a Unix socket's file goes with it
+	}
+	for _, ic := range conns {
+		ic.c.Close()
+	}
+	for _, p := range peers {
+		p.shut()
+	}
+	done := make(chan struct{})
+	go func() {
+		t.wg.Wait()
+		close(done)
+	}()
+	wait := t.opts.Linger + stopWait
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-timer.C:
+		t.opts.Log.Error().Dur("waited", wait).Msg("zmtp: the transport's goroutines did not stop")
+		return fmt.Errorf("%w (%v)", errStuck, wait)
+	}
+}
+
+// peer is the sending side for one node: a DEALER connection of its own.
+type peer struct {
+	t        *Transport
+	id       int
+	network  string
+	addr     string
+	identity string
+	ctx      context.Context // cancelled by shut
+	cancel   context.CancelFunc
+
+	// wMu is the right to write to conn: the writer holds it while it
+	// writes (which may wait), senders only try it.
+	wMu     sync.Mutex
+	conn    net.Conn        // the established connection, or nil; set under wMu
+	raw     syscall.RawConn // conn's, for writes that never wait
+	scratch []byte          // a Send's encoding buffer; under wMu
+	// lastDirect is when a Send last wrote itself; under wMu.
+	lastDirect time.Time
+
+	cMu  sync.Mutex // guards cur
+	cur  net.Conn   // the connection being made or used, for shut
+	qMu  sync.Mutex // guards the fields below
+	q    net.Buffers
+	pack bool // q's last buffer is a pack that takes more small messages
+	// partial: q[0] is the rest of a message partly written to conn; it
+	// is dropped should conn break (the next connection starts afresh).
+	partial bool
+	n       int // messages in q
+	// urgent: q holds something that does not wait for Flush while p is
+	// held (a large message, a PONG).
+	urgent  bool
+	spare   []byte
+	held    bool
+	closing bool
+	waiters int
+	room    chan struct{} // closed and replaced when q empties (with waiters) or the peer shuts
+	kick    chan struct{} // wakes the writer (capacity 1)
+	done    chan struct{} // closed when the writer has ended
+}
+
+func newPeer(t *Transport, id int, network, addr, identity string) *peer {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &peer{
+		t: t, id: id, network: network, addr: addr, identity: identity,
+		ctx: ctx, cancel: cancel,
+		room: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{}),
+	}
+}
+
+func (p *peer) wake() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// shut makes p's writer send what is queued (for up to the linger time)
+// and close the connection; senders waiting for room get
+// van.ErrPeerClosed. It does not wait.
+func (p *peer) shut() {
+	if p == nil {
+		return
+	}
+	p.qMu.Lock()
+	if !p.closing {
+		p.closing = true
+		close(p.room)
+	}
+	p.qMu.Unlock()
+	p.cancel()
+	p.cMu.Lock()
+	if p.cur != nil {
+		p.cur.SetDeadline(time.Now().Add(p.t.opts.Linger))
+	}
+	p.cMu.Unlock()
+	p.wake()
+}
+
+// send writes the message itself when p is idle, has not been written to
+// for coalesceGap, and the kernel takes it; otherwise it queues it for the
+// writer. With ctx nil it never waits for room.
+func (p *peer) send(ctx context.Context, frames [][]byte, shared bool, limit int) (int, error) {
+	total := 0
+	for _, f := range frames {
+		total += len(f)
+	}
+	size := encodedLen(frames)
+	small := size <= packMax
+	if small && p.wMu.TryLock() {
+		now := time.Now()
+		quiet := now.Sub(p.lastDirect) >= coalesceGap
+		if p.conn != nil && quiet {
+			p.lastDirect = now
+			p.qMu.Lock()
+			idle := len(p.q) == 0 && !p.closing && !p.held
+			p.qMu.Unlock()
+			if idle {
+				p.scratch = appendMessage(p.scratch[:0], frames)
+				n := p.tryWrite(p.scratch)
+				if n < len(p.scratch) {
+					// The kernel's buffer is full (or the connection broke):
+					// the writer sends the rest.
+					// Others may have queued behind it meanwhile: the rest
+					// goes first (the writer cannot write while wMu is held).
+					p.qMu.Lock()
+					p.q = append(net.Buffers{append([]byte(nil), p.scratch[n:]...)}, p.q...)
+					p.partial = n > 0
+					p.n++
+					p.qMu.Unlock()
+					p.wake()
+				}
+				if cap(p.scratch) > packCap {
+					p.scratch = nil
+				}
+				p.wMu.Unlock()
+				return total, nil
+			}
+		}
+		p.wMu.Unlock()
+	}
+	p.qMu.Lock()
+	for p.n >= limit && !p.closing {
+		if ctx == nil {
+			p.qMu.Unlock()
+			return 0, van.ErrWouldBlock
+		}
+		room := p.room
+		p.waiters++
+		p.qMu.Unlock()
+		var err error
+		select {
+		case <-room:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		p.qMu.Lock()
+		p.waiters--
+		if err != nil {
+			p.qMu.Unlock()
+			return 0, err
+		}
+	}
+	if p.closing {
+		p.qMu.Unlock()
+		if _, err := p.t.peer(p.id); errors.Is(err, van.ErrClosed) {
+			return 0, err
+		}
+		return 0, van.ErrPeerClosed
+	}
+	if small {
+		p.packLocked(frames, size)
+	} else {
+		p.queueLargeLocked(frames, shared)
+	}
+	p.n++
+	wake := !p.held || p.n >= maxHeld || !small
+	p.qMu.Unlock()
+	if wake {
+		p.wake()
+	}
+	return total, nil
+}
+
+// packLocked encodes a small message onto the pack at q's end; qMu is held.
+func (p *peer) packLocked(frames [][]byte, size int) {
+	if last := len(p.q) - 1; p.pack && len(p.q[last])+size <= packCap {
+		p.q[last] = appendMessage(p.q[last], frames)
+		return
+	}
+	b := p.spare
+	p.spare = nil
+	if b == nil {
+		b = make([]byte, 0, max(2*size, 1024))
+	}
+	p.q = append(p.q, appendMessage(b, frames))
+	p.pack = true
+}
+
+// queueLargeLocked queues a large message: headers and small frames are
+// copied, large frames too unless shared (then they are written from the
+// caller's memory); qMu is held.
+func (p *peer) queueLargeLocked(frames [][]byte, shared bool) {
+	var cur []byte
+	for i, f := range frames {
+		var flags byte
+		if i < len(frames)-1 {
+			flags = flagMore
+		}
+		cur = appendHeader(cur, flags, len(f))
+		if len(f) < zeroCopyMin {
+			cur = append(cur, f...)
+			continue
+		}
+		if !shared || van.IsLent(f) {
+			f = message.Clone(f)
+		}
+		p.q = append(p.q, cur, f)
+		cur = nil
+	}
+	if len(cur) > 0 {
+		p.q = append(p.q, cur)
+	}
+	p.pack, p.urgent = false, true
+}
+
+// queueRawLocked queues bytes that are not a message (a PONG).
+func (p *peer) queueRaw(b []byte) {
+	p.qMu.Lock()
+	p.q = append(p.q, b)
+	p.pack, p.urgent = false, true
+	p.qMu.Unlock()
+	p.wake()
+}
+
+// takeLocked takes what q holds, for writing; qMu is held.
+func (p *peer) takeLocked() net.Buffers {
+	q := p.q
+	p.q, p.pack, p.partial, p.urgent = nil, false, false, false
+	if p.n > 0 && p.waiters > 0 {
+		close(p.room)
+		p.room = make(chan struct{})
+	}
+	p.n = 0
+	return q
+}
+
+// tryWrite writes b to conn with one system call that does not wait, and
+// returns how much the kernel took; wMu is held.
+func (p *peer) tryWrite(b []byte) int {
+	n := 0
+	p.raw.Write(func(fd uintptr) bool {
+		for {
+			m, err := syscall.Write(int(fd), b)
+			if err == syscall.EINTR {
+				continue
+			}
+			n = max(m, 0)
+			return true
+		}
+	})
+	return n
+}
+
+// drain writes what q holds on the calling goroutine when it is one buffer
+// and the kernel takes it all; it reports false when something is left
+// for the writer.
+func (p *peer) drain() bool {
+	if !p.wMu.TryLock() {
+		return false
+	}
+	defer p.wMu.Unlock()
+	if p.conn == nil {
+		return false
+	}
+	p.qMu.Lock()
+	if len(p.q) != 1 || p.closing {
+		p.qMu.Unlock()
+		return false
+	}
+	q := p.takeLocked()
+	p.qMu.Unlock()
+	n := p.tryWrite(q[0])
+	if n == len(q[0]) {
+		p.recycle(q[0])
+		return true
+	}
+	p.qMu.Lock()
+	p.q = append(net.Buffers{q[0][n:]}, p.q...)
+	p.partial = n > 0
+	p.pack = len(p.q) > 1 && p.pack
+	p.n++ // at least the message partly written is left
+	p.qMu.Unlock()
+	return false
+}
+
+// recycle keeps a written pack for the next one.
+func (p *peer) recycle(b []byte) {
+	if cap(b) > packCap {
+		return
+	}
+	p.qMu.Lock()
+	if p.spare == nil {
+		p.spare = b[:0]
+	}
+	p.qMu.Unlock()
+}
+
+// run is p's writer: it connects, writes what is queued, and reconnects
+// when the connection breaks, until p shuts.
+func (p *peer) run() {
+	defer p.t.wg.Done()
+	defer close(p.done)
+	for {
+		c, dead, ok := p.dial()
+		if !ok {
+			return
+		}
+		p.report(true)
+		ok = p.serve(c, dead)
+		p.wMu.Lock()
+		p.conn, p.raw = nil, nil
+		p.wMu.Unlock()
+		c.Close()
+		<-dead // the connection's reader has ended
+		if !ok {
+			return
+		}
+		p.report(false)
+		// What was partly written is lost with the connection.
+		p.qMu.Lock()
+		if p.partial {
+			p.q = p.q[1:]
+			p.partial = false
+			p.n = max(p.n-1, 0)
+		}
+		p.qMu.Unlock()
+	}
+}
+
+// report tells the connection handler that p's connection went up or down.
+func (p *peer) report(up bool) {
+	f := p.t.onConnection.Load()
+	if f == nil || !p.t.current(p) || p.ctx.Err() != nil {
+		return
+	}
+	(*f)(p.id, up)
+}
+
+// dial connects and makes the handshake, trying every ReconnectInterval
+// until it succeeds or p shuts (ok false). dead is closed when the
+// connection's reader ends.
+func (p *peer) dial() (c net.Conn, dead chan struct{}, ok bool) {
+	t := p.t
+	var wait *time.Timer
+	for first := true; ; first = false {
+		if !first {
+			if wait == nil {
+				wait = time.NewTimer(t.opts.ReconnectInterval)
+			} else {
+				wait.Reset(t.opts.ReconnectInterval)
+			}
+			select {
+			case <-wait.C:
+			case <-p.ctx.Done():
+				return nil, nil, false
+			}
+		}
+		if p.ctx.Err() != nil {
+			return nil, nil, false
+		}
+		d := net.Dialer{Timeout: t.opts.HandshakeTimeout}
+		c, err := d.DialContext(p.ctx, p.network, p.addr)
+		if err != nil {
+			continue
+		}
+		p.cMu.Lock()
+		p.cur = c
+		p.cMu.Unlock()
+		if p.ctx.Err() != nil { // shut before cur was set
+			c.Close()
+			return nil, nil, false
+		}
+		t.tune(c)
+		br := bufio.NewReaderSize(c, 4096)
+		if _, err := t.handshake(c, br, "DEALER", p.identity); err != nil {
+			c.Close()
+			t.opts.Log.Debug().Err(err).Int("node", p.id).Msg("zmtp: handshake failed, trying again")
+			continue
+		}
+		raw, err := c.(syscall.Conn).SyscallConn()
+		if err != nil {
+			c.Close()
+			return nil, nil, false
+		}
+		dead = make(chan struct{})
+		t.wg.Add(1)
+		go p.listen(br, dead)
+		p.wMu.Lock()
+		p.conn, p.raw = c, raw
+		p.wMu.Unlock()
+		return c, dead, true
+	}
+}
+
+// listen reads what the peer's ROUTER sends on p's connection (nothing but
+// PINGs, which it answers) until the connection ends, then closes dead
+// and wakes the writer.
+func (p *peer) listen(br *bufio.Reader, dead chan struct{}) {
+	defer p.t.wg.Done()
+	defer p.wake()
+	defer close(dead)
+	fr := &frameReader{r: br, maxFrames: p.t.opts.MaxFrames, maxBytes: 1 << 16}
+	for {
+		_, cmd, err := fr.readMessage()
+		var o *oversized
+		if err != nil && !errors.As(err, &o) {
+			return
+		}
+		if cmd != nil {
+			if reply := answer(cmd); reply != nil {
+				p.queueRaw(reply)
+			}
+		}
+	}
+}
+
+// serve writes what is queued to c until c breaks (true: reconnect) or p
+// shuts (false, once what was queued is written or the linger time is
+// up).
+func (p *peer) serve(c net.Conn, dead chan struct{}) bool {
+	for {
+		for {
+			p.wMu.Lock()
+			p.qMu.Lock()
+			closing := p.closing
+			var q net.Buffers
+			if !p.held || p.urgent || p.n >= maxHeld || closing {
+				q = p.takeLocked() // else Flush sends it
+			}
+			p.qMu.Unlock()
+			if len(q) == 0 {
+				p.wMu.Unlock()
+				if closing {
+					return false
+				}
+				break
+			}
+			var first []byte
+			if len(q) == 1 {
+				first = q[0]
+			}
+			_, err := q.WriteTo(c)
+			p.wMu.Unlock()
+			if err != nil {
+				if closing || p.ctx.Err() != nil {
+					return false
+				}
+				p.t.opts.Log.Debug().Err(err).Int("node", p.id).Msg("zmtp: connection broke, reconnecting")
+				return true
+			}
+			if first != nil {
+				p.recycle(first)
+			}
+		}
+		select {
+		case <-p.kick:
+		case <-dead:
+			if p.ctx.Err() != nil {
+				return false
+			}
+			return true
+		}
+	}
+}

@@ -1,0 +1,465 @@
+package zmtptransport
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/gopslite/pslite/van"
+)
+
+// wait bounds every wait of these tests: far beyond what anything takes on
+// a loaded machine.
+const wait = 20 * time.Second
+
+func newTransport(t *testing.T, opts Options) *Transport {
+	t.Helper()
+	tr, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	return tr
+}
+
+// bound returns a transport bound on loopback, and its port.
+func bound(t *testing.T, opts Options) (*Transport, int) {
+	t.Helper()
+	tr := newTransport(t, opts)
+	port, err := tr.Bind("127.0.0.1", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr, port
+}
+
+// recv receives the next message, waiting at most wait.
+func recv(t *testing.T, tr *Transport) (string, [][]byte) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) {
+		ident, frames, err := tr.Recv()
+		if errors.Is(err, van.ErrRecvTimeout) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("Recv: %v", err)
+		}
+		return string(ident), frames
+	}
+	t.Fatal("no message arrived")
+	return "", nil
+}
+
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = seed + byte(i*7)
+	}
+	return b
+}
+
+func TestSendRecvInOrder(t *testing.T) {
+	rx, port := bound(t, Options{})
+	tx := newTransport(t, Options{})
+	if err := tx.Connect(1, "127.0.0.1", port, "ps9"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// Small messages (written directly or packed), a large shared one
+	// (written from the caller's memory) and a large copied one, in order.
+	const n = 2000
+	big := pattern(zeroCopyMin+100, 3)
+	for i := 0; i < n; i++ {
+		frames := [][]byte{[]byte(strconv.Itoa(i)), pattern(i%300, byte(i))}
+		switch i {
+		case 500:
+			frames = append(frames, big)
+		case 900:
+			frames = append(frames, pattern(1<<20, 5))
+		}
+		var err error
+		if i%2 == 0 {
+			_, err = tx.Send(ctx, 1, frames, i == 500)
+		} else {
+			_, err = tx.TrySend(1, frames, false)
+		}
+		if err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	for i := 0; i < n; i++ {
+		ident, frames := recv(t, rx)
+		if ident != "ps9" {
+			t.Fatalf("identity %q", ident)
+		}
+		if string(frames[0]) != strconv.Itoa(i) || !bytes.Equal(frames[1], pattern(i%300, byte(i))) {
+			t.Fatalf("message %d arrived as %q", i, frames[0])
+		}
+		switch i {
+		case 500:
+			if len(frames) != 3 || !bytes.Equal(frames[2], big) {
+				t.Fatal("the shared large frame differs")
+			}
+		case 900:
+			if len(frames) != 3 || !bytes.Equal(frames[2], pattern(1<<20, 5)) {
+				t.Fatal("the copied large frame differs")
+			}
+		}
+	}
+}
+
+func TestHeldMessagesLeaveOnFlush(t *testing.T) {
+	rx, port := bound(t, Options{})
+	tx := newTransport(t, Options{})
+	tx.Connect(1, "127.0.0.1", port, "ps2")
+	if _, err := tx.Send(context.Background(), 1, [][]byte{[]byte("first")}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, frames := recv(t, rx); string(frames[0]) != "first" {
+		t.Fatalf("got %q", frames[0])
+	}
+	tx.Hold(1)
+	for i := 0; i < 10; i++ {
+		tx.TrySend(1, [][]byte{[]byte(strconv.Itoa(i))}, false)
+	}
+	if _, _, err := rx.Recv(); !errors.Is(err, van.ErrRecvTimeout) {
+		t.Fatalf("a held message arrived before Flush: %v", err)
+	}
+	tx.Flush()
+	for i := 0; i < 10; i++ {
+		if _, frames := recv(t, rx); string(frames[0]) != strconv.Itoa(i) {
+			t.Fatalf("message %d arrived as %q", i, frames[0])
+		}
+	}
+}
+
+func TestAnonymousIdentityAndUnixSockets(t *testing.T) {
+	port := 20000 + os.Getpid()%20000
+	rx := newTransport(t, Options{Local: true})
+	got, err := rx.Bind("", port, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := newTransport(t, Options{Local: true})
+	tx.Connect(0, "", got, "")
+	tx.Send(context.Background(), 0, [][]byte{[]byte("hello")}, false)
+	ident, frames := recv(t, rx)
+	if len(ident) != 5 || ident[0] != 0 || string(frames[0]) != "hello" {
+		t.Fatalf("identity % x, frames %q", ident, frames)
+	}
+	if van.ParseIdentity([]byte(ident)) != van.ParseIdentity(nil) {
+		t.Fatal("a made-up identity parses as a node id")
+	}
+	rx.Close()
+	if _, err := os.Stat(fmt.Sprintf("/tmp/%d", got)); !os.IsNotExist(err) {
+		t.Errorf("the socket file outlives Close: %v", err)
+	}
+}
+
+// rawPeer connects to port over TCP and makes the handshake as a DEALER
+// with identity, by hand.
+func rawPeer(t *testing.T, port int, identity string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(wait))
+	c.Write(greeting())
+	buf := make([]byte, greetingLen)
+	if _, err := readFull(c, buf); err != nil {
+		t.Fatal(err)
+	}
+	c.Write(ready("DEALER", identity))
+	return c
+}
+
+func readFull(c net.Conn, b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		m, err := c.Read(b[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+func TestBadInputIsDroppedAndServingGoesOn(t *testing.T) {
+	rx, port := bound(t, Options{MaxFrames: 4, HandshakeTimeout: 2 * time.Second})
+	// Garbage instead of a greeting.
+	g, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	g.Write(bytes.Repeat([]byte("GET / HTTP/1.1\r\n"), 8))
+	// A good handshake, then too many frames, then a frame with bad flags.
+	bad := rawPeer(t, port, "ps11")
+	bad.Write(appendMessage(nil, [][]byte{{1}, {2}, {3}, {4}, {5}}))
+	bad.Write(appendMessage(nil, [][]byte{[]byte("fine")}))
+	bad.Write([]byte{0xF0, 1, 'x'})
+	// A well-behaved peer.
+	good := newTransport(t, Options{})
+	good.Connect(1, "127.0.0.1", port, "ps13")
+	good.Send(context.Background(), 1, [][]byte{[]byte("from 13")}, false)
+
+	seen := map[string]bool{}
+	oversized := 0
+	deadline := time.Now().Add(wait)
+	for !(seen["ps11 fine"] && seen["ps13 from 13"] && oversized == 1) {
+		if time.Now().After(deadline) {
+			t.Fatalf("seen %v, oversized %d", seen, oversized)
+		}
+		ident, frames, err := rx.Recv()
+		switch {
+		case errors.Is(err, van.ErrRecvTimeout):
+		case errors.Is(err, van.ErrOversized):
+			oversized++
+		case err != nil:
+			t.Fatal(err)
+		default:
+			seen[string(ident)+" "+string(frames[0])] = true
+		}
+	}
+	// The peer that sent bad flags was dropped, the garbage one too.
+	for _, c := range []net.Conn{bad, g} {
+		c.SetReadDeadline(time.Now().Add(wait))
+		if _, err := c.Read(make([]byte, 256)); err == nil {
+			// The greeting reply may come first for the garbage one.
+			if _, err := c.Read(make([]byte, 256)); err == nil {
+				t.Error("a peer that broke the protocol stays connected")
+			}
+		}
+	}
+}
+
+func TestPingIsAnswered(t *testing.T) {
+	_, port := bound(t, Options{})
+	c := rawPeer(t, port, "ps5")
+	// Read the ROUTER's READY first.
+	fr := &frameReader{r: bufio.NewReader(c), maxFrames: 1, maxBytes: 1 << 16}
+	if _, cmd, err := fr.readMessage(); err != nil || cmd == nil {
+		t.Fatalf("READY: %v", err)
+	}
+	c.Write(command("PING", []byte{0, 0, 'h', 'i'}))
+	_, cmd, err := fr.readMessage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name, body, _ := parseCommand(cmd); name != "PONG" || string(body) != "hi" {
+		t.Fatalf("reply %q %q", name, body)
+	}
+}
+
+func TestHandover(t *testing.T) {
+	rx, port := bound(t, Options{})
+	first := rawPeer(t, port, "ps7")
+	first.Write(appendMessage(nil, [][]byte{[]byte("a")}))
+	if ident, frames := recv(t, rx); ident != "ps7" || string(frames[0]) != "a" {
+		t.Fatalf("%q %q", ident, frames[0])
+	}
+	// A second connection with the same identity is not heard while the
+	// first holds it...
+	second := rawPeer(t, port, "ps7")
+	second.Write(appendMessage(nil, [][]byte{[]byte("b")}))
+	first.Write(appendMessage(nil, [][]byte{[]byte("c")}))
+	if _, frames := recv(t, rx); string(frames[0]) != "c" {
+		t.Fatalf("got %q, want c (b came from a connection without the identity)", frames[0])
+	}
+	// ...and takes it over with handover on.
+	rx.SetHandover(true)
+	second.Write(appendMessage(nil, [][]byte{[]byte("d")}))
+	_, frames := recv(t, rx)
+	if string(frames[0]) == "b" {
+		// b was still unread when handover came on.
+		_, frames = recv(t, rx)
+	}
+	if string(frames[0]) != "d" {
+		t.Fatalf("got %q, want d", frames[0])
+	}
+	first.SetReadDeadline(time.Now().Add(wait))
+	buf := make([]byte, 256)
+	for {
+		if _, err := first.Read(buf); err != nil {
+			break // closed by the handover
+		}
+	}
+}
+
+// events records what a connection handler reports.
+type events struct {
+	ch chan string
+}
+
+func (e *events) handler(id int, up bool) {
+	e.ch <- fmt.Sprintf("%d %v", id, up)
+}
+
+func (e *events) next(t *testing.T) string {
+	t.Helper()
+	select {
+	case ev := <-e.ch:
+		return ev
+	case <-time.After(wait):
+		t.Fatal("no connection event")
+		return ""
+	}
+}
+
+func TestReconnectKeepsWhatWasQueued(t *testing.T) {
+	rx, port := bound(t, Options{})
+	tx := newTransport(t, Options{})
+	ev := &events{ch: make(chan string, 16)}
+	tx.SetConnectionHandler(ev.handler)
+	tx.Connect(3, "127.0.0.1", port, "ps1")
+	if e := ev.next(t); e != "3 true" {
+		t.Fatalf("event %q", e)
+	}
+	tx.Send(context.Background(), 3, [][]byte{[]byte("before")}, false)
+	if _, frames := recv(t, rx); string(frames[0]) != "before" {
+		t.Fatalf("got %q", frames[0])
+	}
+	rx.Close()
+	if e := ev.next(t); e != "3 false" {
+		t.Fatalf("event %q", e)
+	}
+	// Sent while the peer is away: queued, then delivered on reconnection.
+	for i := 0; i < 5; i++ {
+		if _, err := tx.Send(context.Background(), 3, [][]byte{[]byte(strconv.Itoa(i))}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rx2 := newTransport(t, Options{})
+	if _, err := rx2.Bind("127.0.0.1", port, 0); err != nil {
+		t.Fatal(err)
+	}
+	if e := ev.next(t); e != "3 true" {
+		t.Fatalf("event %q", e)
+	}
+	for i := 0; i < 5; i++ {
+		if _, frames := recv(t, rx2); string(frames[0]) != strconv.Itoa(i) {
+			t.Fatalf("message %d arrived as %q", i, frames[0])
+		}
+	}
+}
+
+func TestFullQueue(t *testing.T) {
+	// Nobody listens: everything queues.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	tx := newTransport(t, Options{QueueLimit: 8})
+	tx.Connect(1, "127.0.0.1", port, "ps1")
+	msg := [][]byte{[]byte("x")}
+	for i := 0; i < 8; i++ {
+		if _, err := tx.Send(context.Background(), 1, msg, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := tx.Send(ctx, 1, msg, false); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Send on a full queue: %v, want the context's error", err)
+	}
+	for i := 0; i < 8; i++ {
+		if _, err := tx.TrySend(1, msg, false); err != nil {
+			t.Fatalf("TrySend %d within twice the limit: %v", i, err)
+		}
+	}
+	if _, err := tx.TrySend(1, msg, false); !errors.Is(err, van.ErrWouldBlock) {
+		t.Fatalf("TrySend past twice the limit: %v", err)
+	}
+	res := make(chan error, 1)
+	go func() {
+		_, err := tx.Send(context.Background(), 1, msg, false)
+		res <- err
+	}()
+	p, _ := tx.peer(1)
+	for deadline := time.Now().Add(wait); ; runtime.Gosched() {
+		p.qMu.Lock()
+		waiting := p.waiters > 0
+		p.qMu.Unlock()
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the Send never waited for room")
+		}
+	}
+	tx.Disconnect(1)
+	select {
+	case err := <-res:
+		if !errors.Is(err, van.ErrPeerClosed) {
+			t.Fatalf("waiting Send after Disconnect: %v", err)
+		}
+	case <-time.After(wait):
+		t.Fatal("a waiting Send outlived Disconnect")
+	}
+	if _, err := tx.Send(context.Background(), 1, msg, false); !errors.Is(err, van.ErrNoPeer) {
+		t.Fatalf("Send after Disconnect: %v", err)
+	}
+}
+
+func TestCloseIsBoundedWithAPeerThatDoesNotRead(t *testing.T) {
+	// A peer that makes the handshake and then reads nothing: the writer's
+	// write waits on a full TCP buffer when Close comes.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		c.Write(greeting())
+		c.Write(ready("ROUTER", ""))
+		<-stop // holds the connection open, reading nothing
+	}()
+	linger := 200 * time.Millisecond
+	tx, err := New(Options{Linger: linger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := &events{ch: make(chan string, 16)}
+	tx.SetConnectionHandler(ev.handler)
+	tx.Connect(1, "127.0.0.1", l.Addr().(*net.TCPAddr).Port, "ps1")
+	if e := ev.next(t); e != "1 true" {
+		t.Fatalf("event %q", e)
+	}
+	big := make([]byte, 4<<20)
+	for i := 0; i < 16; i++ {
+		if _, err := tx.TrySend(1, [][]byte{big}, false); err != nil {
+			break
+		}
+	}
+	start := time.Now()
+	if err := tx.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > linger+5*time.Second {
+		t.Fatalf("Close took %v with a linger of %v", took, linger)
+	}
+	if _, err := tx.Send(context.Background(), 1, [][]byte{{1}}, false); !errors.Is(err, van.ErrClosed) {
+		t.Fatalf("Send after Close: %v", err)
+	}
+}

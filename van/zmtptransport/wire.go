@@ -1,0 +1,274 @@
+package zmtptransport
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// ZMTP 3.1 (https://rfc.zeromq.org/spec/37/) with the NULL mechanism, as
+// libzmq speaks it: a 64-byte greeting each way, a READY command each way
+// carrying the socket type and the sender's identity, then frames.
+
+const (
+	greetingLen = 64
+
+	flagMore    = 0x01 // another frame of the message follows
+	flagLong    = 0x02 // the size takes 8 bytes, not 1
+	flagCommand = 0x04 // a command frame, not a message frame
+	flagsKnown  = flagMore | flagLong | flagCommand
+
+	// maxShortFrame is the largest frame a 1-byte size describes.
+	maxShortFrame = 255
+)
+
+// errProtocol wraps every violation of ZMTP by the peer; the connection is
+// then dropped.
+var errProtocol = errors.New("zmtp: protocol error")
+
+// greeting returns this side's greeting: ZMTP 3.1, the NULL mechanism, not
+// a server (NULL has no roles).
+func greeting() []byte {
+	g := make([]byte, greetingLen)
+	g[0] = 0xFF
+	g[8] = 1 // padding; libzmq puts its identity's length + 1 here, unread
+	g[9] = 0x7F
+	g[10], g[11] = 3, 1
+	copy(g[12:32], "NULL")
+	return g
+}
+
+// checkGreeting checks the peer's greeting: ZMTP 3.0 or later with the NULL
+// mechanism. (A ZMTP 1.0 or 2.0 peer, libzmq before 4.0, is refused.)
+func checkGreeting(g []byte) error {
+	if len(g) != greetingLen || g[0] != 0xFF || g[9]&1 == 0 {
+		return fmt.Errorf("%w: not a ZMTP greeting", errProtocol)
+	}
+	if g[10] < 3 {
+		return fmt.Errorf("%w: peer speaks ZMTP %d.%d, 3.0 or later is needed", errProtocol, g[10], g[11])
+	}
+	mech := bytes.TrimRight(g[12:32], "\x00")
+	if string(mech) != "NULL" {
+		return fmt.Errorf("%w: peer uses the %q mechanism, only NULL is supported (no CURVE with DMLC_PS_VAN_TYPE=zmtp)", errProtocol, mech)
+	}
+	return nil
+}
+
+// appendHeader appends a frame header: flags and the size.
+func appendHeader(b []byte, flags byte, size int) []byte {
+	if size > maxShortFrame {
+		b = append(b, flags|flagLong)
+		return binary.BigEndian.AppendUint64(b, uint64(size))
+	}
+	return append(b, flags, byte(size))
+}
+
+// appendMessage appends the frames of a message, headers and bodies.
+func appendMessage(b []byte, frames [][]byte) []byte {
+	for i, f := range frames {
+		var flags byte
+		if i < len(frames)-1 {
+			flags = flagMore
+		}
+		b = appendHeader(b, flags, len(f))
+		b = append(b, f...)
+	}
+	return b
+}
+
+// encodedLen is the length of frames encoded by appendMessage.
+func encodedLen(frames [][]byte) int {
+	n := 0
+	for _, f := range frames {
+		n += headerLen(len(f)) + len(f)
+	}
+	return n
+}
+
+func headerLen(size int) int {
+	if size > maxShortFrame {
+		return 9
+	}
+	return 2
+}
+
+// command encodes a command frame: the name, then the body.
+func command(name string, body []byte) []byte {
+	size := 1 + len(name) + len(body)
+	b := appendHeader(make([]byte, 0, 9+size), flagCommand, size)
+	b = append(b, byte(len(name)))
+	b = append(b, name...)
+	return append(b, body...)
+}
+
+// ready encodes the READY command of a socket of type socketType with the
+// given identity (libzmq sends the Identity property for DEALER and ROUTER
+// sockets, empty when none is set).
+func ready(socketType, identity string) []byte {
+	var body []byte
+	body = appendProperty(body, "Socket-Type", socketType)
+	body = appendProperty(body, "Identity", identity)
+	return command("READY", body)
+}
+
+func appendProperty(b []byte, name, value string) []byte {
+	b = append(b, byte(len(name)))
+	b = append(b, name...)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(value)))
+	return append(b, value...)
+}
+
+// parseCommand splits a command frame's body into its name and the rest.
+func parseCommand(body []byte) (name string, rest []byte, err error) {
+	if len(body) < 1 || int(body[0]) > len(body)-1 {
+		return "", nil, fmt.Errorf("%w: malformed command", errProtocol)
+	}
+	n := int(body[0])
+	return string(body[1 : 1+n]), body[1+n:], nil
+}
+
+// parseProperties parses a READY command's properties (names are matched
+// without regard to case, as ZMTP says).
+func parseProperties(b []byte) (map[string]string, error) {
+	props := map[string]string{}
+	for len(b) > 0 {
+		n := int(b[0])
+		if n == 0 || len(b) < 1+n+4 {
+			return nil, fmt.Errorf("%w: malformed property", errProtocol)
+		}
+		name := string(bytes.ToLower(b[1 : 1+n]))
+		b = b[1+n:]
+		vl := binary.BigEndian.Uint32(b)
+		b = b[4:]
+		if uint64(vl) > uint64(len(b)) {
+			return nil, fmt.Errorf("%w: malformed property %q", errProtocol, name)
+		}
+		props[name] = string(b[:vl])
+		b = b[vl:]
+	}
+	return props, nil
+}
+
+// pong answers a PING command's body (a 2-byte TTL, then a context of up to
+// 16 bytes that the PONG echoes).
+func pong(pingBody []byte) []byte {
+	var ctx []byte
+	if len(pingBody) > 2 {
+		ctx = pingBody[2:]
+		if len(ctx) > 16 {
+			ctx = ctx[:16]
+		}
+	}
+	return command("PONG", ctx)
+}
+
+// compatible reports whether a socket of type ours may talk to one of type
+// theirs (only what a ps-lite node meets: its ROUTER receives from DEALERs,
+// its DEALERs send to ROUTERs).
+func compatible(ours, theirs string) bool {
+	switch ours {
+	case "ROUTER":
+		return theirs == "DEALER" || theirs == "REQ" || theirs == "ROUTER"
+	case "DEALER":
+		return theirs == "ROUTER" || theirs == "REP" || theirs == "DEALER"
+	}
+	return false
+}
+
+// frameReader reads frames from a connection, bounding what one message
+// may hold.
+type frameReader struct {
+	r         *bufio.Reader
+	maxFrames int
+	maxBytes  int64
+}
+
+// errTooLarge is a frame larger than a whole message may be: libzmq drops
+// the connection then, and so does the transport.
+var errTooLarge = errors.New("zmtp: frame larger than the largest message")
+
+// frame reads one frame's header.
+func (fr *frameReader) header() (flags byte, size int64, err error) {
+	flags, err = fr.r.ReadByte()
+	if err != nil {
+		return 0, 0, err
+	}
+	if flags&^flagsKnown != 0 {
+		return 0, 0, fmt.Errorf("%w: frame flags %#x", errProtocol, flags)
+	}
+	if flags&flagLong == 0 {
+		b, err := fr.r.ReadByte()
+		return flags, int64(b), err
+	}
+	var buf [8]byte
+	if _, err := io.ReadFull(fr.r, buf[:]); err != nil {
+		return 0, 0, err
+	}
+	u := binary.BigEndian.Uint64(buf[:])
+	if u > uint64(fr.maxBytes) {
+		return 0, 0, fmt.Errorf("%w (%d bytes)", errTooLarge, u)
+	}
+	return flags, int64(u), nil
+}
+
+// oversized is a message readMessage skipped because it had too many
+// frames or bytes.
+type oversized struct {
+	frames int
+	bytes  int64
+}
+
+func (o *oversized) Error() string {
+	return fmt.Sprintf("message of %d frames and %d bytes skipped", o.frames, o.bytes)
+}
+
+// readMessage reads the next message, or the next command (cmd is then
+// its body and frames nil). A message beyond the bounds is read to its end
+// and returned as an *oversized error; the connection stays usable.
+func (fr *frameReader) readMessage() (frames [][]byte, cmd []byte, err error) {
+	var total int64
+	n := 0 // frames read
+	skip := false
+	for {
+		flags, size, err := fr.header()
+		if err != nil {
+			return nil, nil, err
+		}
+		if flags&flagCommand != 0 {
+			if n > 0 || flags&flagMore != 0 {
+				return nil, nil, fmt.Errorf("%w: command frame inside a message", errProtocol)
+			}
+			if size > 1<<16 {
+				return nil, nil, fmt.Errorf("%w: command of %d bytes", errProtocol, size)
+			}
+			body := make([]byte, size)
+			_, err := io.ReadFull(fr.r, body)
+			return nil, body, err
+		}
+		total += size
+		n++
+		if !skip && (n > fr.maxFrames || total > fr.maxBytes) {
+			skip, frames = true, nil
+		}
+		if skip {
+			if _, err := fr.r.Discard(int(size)); err != nil {
+				return nil, nil, err
+			}
+		} else {
+			f := make([]byte, size)
+			if _, err := io.ReadFull(fr.r, f); err != nil {
+				return nil, nil, err
+			}
+			frames = append(frames, f)
+		}
+		if flags&flagMore == 0 {
+			if skip {
+				return nil, nil, &oversized{frames: n, bytes: total}
+			}
+			return frames, nil, nil
+		}
+	}
+}
