@@ -95,6 +95,11 @@ type Config struct {
 	// Curve, when set (PS_CURVE_PUBLIC_KEY and PS_CURVE_SECRET_KEY, the
 	// job's key pair in Z85), encrypts and authenticates every connection.
 	Curve *van.CurveKeys
+	// VanType is DMLC_PS_VAN_TYPE: "zmq" (the default, ZeroMQ through
+	// libzmq) or "zmtp" (ZeroMQ's wire protocol spoken in Go, see
+	// van/zmtptransport; no CURVE). Both mix with each other and with C++
+	// ps-lite's zmq van in one job.
+	VanType string
 }
 
 // ErrConfig wraps every configuration error.
@@ -181,8 +186,16 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 			c.Curve = &keys
 		}
 	}
-	if vt := get("DMLC_PS_VAN_TYPE"); vt != "" && vt != "zmq" {
-		errs = append(errs, fmt.Sprintf("DMLC_PS_VAN_TYPE=%q is not supported (only zmq)", vt))
+	switch vt := get("DMLC_PS_VAN_TYPE"); vt {
+	case "", "zmq":
+		c.VanType = "zmq"
+	case "zmtp":
+		c.VanType = vt
+		if c.Curve != nil {
+			errs = append(errs, "DMLC_PS_VAN_TYPE=zmtp has no CURVE: unset PS_CURVE_PUBLIC_KEY/PS_CURVE_SECRET_KEY or use DMLC_PS_VAN_TYPE=zmq")
+		}
+	default:
+		errs = append(errs, fmt.Sprintf("DMLC_PS_VAN_TYPE=%q is not supported (zmq or zmtp)", vt))
 	}
 	if len(errs) == 0 && c.Role != message.RoleScheduler {
 		host, err := nodeHost(get("DMLC_NODE_HOST"), get("DMLC_INTERFACE"), c.SchedulerHost, c.SchedulerPort)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/postoffice"
+	"github.com/gopslite/pslite/van"
 )
 
 // env is a map-backed lookup.
@@ -94,6 +95,7 @@ func TestConfigComplete(t *testing.T) {
 		LinkTimeout:      180 * time.Second,
 		MaxMessageBytes:  1 << 30,
 		KeepRecvMemory:   true,
+		VanType:          "zmq",
 	}
 	if c != want {
 		t.Fatalf("config\n got %+v\nwant %+v", c, want)
@@ -260,7 +262,17 @@ func TestConfigTrimsSpace(t *testing.T) {
 
 func TestConfigVanType(t *testing.T) {
 	mustConfig(t, base().with("DMLC_PS_VAN_TYPE", "zmq"))
-	mustConfig(t, base().with("DMLC_PS_VAN_TYPE", ""))
+	if c := mustConfig(t, base().with("DMLC_PS_VAN_TYPE", "")); c.VanType != "zmq" {
+		t.Fatalf("default van type %q, want zmq", c.VanType)
+	}
+	if c := mustConfig(t, base().with("DMLC_PS_VAN_TYPE", "zmtp")); c.VanType != "zmtp" {
+		t.Fatalf("van type %q, want zmtp", c.VanType)
+	}
+	keys, err := van.NewCurveKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	configErr(t, base().with("DMLC_PS_VAN_TYPE", "zmtp", "PS_CURVE_PUBLIC_KEY", keys.Public, "PS_CURVE_SECRET_KEY", keys.Secret), "DMLC_PS_VAN_TYPE", "CURVE")
 	for _, vt := range []string{"ibverbs", "fabric", "ZMQ"} {
 		configErr(t, base().with("DMLC_PS_VAN_TYPE", vt), "DMLC_PS_VAN_TYPE", vt)
 	}

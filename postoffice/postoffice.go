@@ -135,7 +135,7 @@ func New(cfg Config, opts ...Option) (*Postoffice, error) {
 	}
 	tr := o.transport
 	if tr == nil {
-		t, err := defaultTransport(cfg, log)
+		t, err := newTransport(cfg, log)
 		if err != nil {
 			p.closeMetrics()
 			return nil, err

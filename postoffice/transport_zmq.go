@@ -5,7 +5,6 @@ package postoffice
 import (
 	"github.com/rs/zerolog"
 
-	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/van"
 	"github.com/gopslite/pslite/van/zmqtransport"
 )
@@ -15,7 +14,7 @@ func defaultTransport(cfg Config, log zerolog.Logger) (van.Transport, error) {
 	return zmqtransport.New(zmqtransport.Options{
 		Local:     cfg.Local,
 		WaterMark: cfg.WaterMark,
-		BindAll:   cfg.Kubernetes && cfg.Role == message.RoleScheduler,
+		BindAll:   bindAll(cfg),
 		Curve:     cfg.Curve,
 		Log:       log,
 
