@@ -1,0 +1,100 @@
+package tests
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// zmtpEnv selects the transport that speaks ZMTP in Go.
+var zmtpEnv = []string{"DMLC_PS_VAN_TYPE=zmtp"}
+
+// zmtp returns the command running program name on the ZMTP transport
+// (for mixedJob, which otherwise gives every process the same
+// environment).
+func zmtp(name string) string { return "env DMLC_PS_VAN_TYPE=zmtp " + bin(name) }
+
+// The ps-lite programs launched the usual way, every node on the ZMTP
+// transport: TCP and Unix sockets, large frames, and lost messages resent.
+func TestZMTPPrograms(t *testing.T) {
+	for _, c := range []struct {
+		prog string
+		s, w int
+		env  []string
+		want string
+	}{
+		{"test_kv_app", 2, 2, nil, "error: 0, 0"},
+		{"test_kv_app", 2, 2, []string{"DMLC_LOCAL=1"}, "error: 0, 0"},
+		{"test_kv_app", 2, 2, []string{"PS_RESEND=1", "PS_DROP_MSG=10", "PS_RESEND_TIMEOUT=100", "PS_HEARTBEAT_INTERVAL=1"}, "error: 0, 0"},
+		{"test_simple_app", 2, 2, nil, "handled 100 requests"},
+		{"test_kv_app_benchmark", 1, 1, nil, "Pull average time cost"},
+	} {
+		t.Run(fmt.Sprintf("%s/%dx%d %s", c.prog, c.s, c.w, strings.Join(c.env, " ")), func(t *testing.T) {
+			out := launch(t, append(append([]string{}, zmtpEnv...), c.env...), "local.sh", fmt.Sprint(c.s), fmt.Sprint(c.w), bin(c.prog))
+			want := c.w
+			if c.prog == "test_kv_app_benchmark" {
+				want = 1
+			}
+			if n := strings.Count(out, c.want); n < want {
+				t.Errorf("%d of %d reported %q:\n%s", n, want, c.want, out)
+			}
+		})
+	}
+}
+
+// Nodes on the ZMTP transport and on the ZeroMQ one (libzmq) in one job,
+// over TCP and over Unix sockets (libzmq's ipc://).
+func TestZMTPMixedWithZeroMQ(t *testing.T) {
+	g, z := bin, zmtp
+	kv := "test_kv_app"
+	for _, c := range []struct {
+		name             string
+		sched            string
+		servers, workers []string
+		env              []string
+	}{
+		{"zmq scheduler", g(kv), []string{z(kv), g(kv)}, []string{g(kv), z(kv)}, nil},
+		{"zmtp scheduler", z(kv), []string{g(kv), z(kv)}, []string{z(kv), g(kv)}, []string{"PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=5"}},
+		{"ipc", z(kv), []string{z(kv), g(kv)}, []string{g(kv), z(kv)}, []string{"DMLC_LOCAL=1"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out := mixedJob(t, c.sched, c.servers, c.workers, len(c.workers), false, c.env...)
+			if n := strings.Count(out, "error: 0, 0"); n != 2 {
+				t.Errorf("%d of 2 workers reported exact results:\n%s", n, out)
+			}
+		})
+	}
+}
+
+// Rows of the failure model on the ZMTP transport: a worker killed, a
+// server killed (requests resent, then failed), a frozen worker replaced
+// (its replacement's connections take over its identity).
+func TestZMTPFaults(t *testing.T) {
+	env := append(append([]string{}, zmtpEnv...), heartbeatEnv...)
+	t.Run("worker killed", func(t *testing.T) {
+		r := startRow(t, false, 2, 2, rowRounds, env)
+		r.killForGood(t, r.j.workers[1])
+	})
+	t.Run("server killed, resend", func(t *testing.T) {
+		r := startRow(t, false, 2, 1, rowRounds, append([]string{"PS_RESEND=1"}, env...))
+		r.killForGood(t, r.j.servers[1])
+	})
+	t.Run("frozen worker replaced", func(t *testing.T) {
+		env := append([]string{"PS_RESEND=1"}, env...)
+		const rounds = 60
+		r := startRow(t, false, 2, 2, rounds, env)
+		victim := r.j.workers[1]
+		if err := victim.stop(); err != nil {
+			t.Fatal(err)
+		}
+		defer victim.kill()
+		ref := time.Now()
+		repl := r.h.start(t, r.h.n-1, "worker", env, bin("test_recovery"), "-rounds", fmt.Sprint(rounds), "-pause", "100ms")
+		repl.waitOutput(t, "working (recovery=true)", modelBound)
+		repl.waitOutput(t, fmt.Sprintf("after %d rounds", rounds), 60*time.Second)
+		victim.kill()
+		rs := r.h.wait(t, ref, 60*time.Second)
+		expectCompleted(t, rs, victim)
+	})
+}
