@@ -18,6 +18,7 @@ func newTransport(cfg Config, log zerolog.Logger) (van.Transport, error) {
 			BindAll:         bindAll(cfg),
 			MaxMessageBytes: cfg.MaxMessageBytes,
 			LinkTimeout:     cfg.LinkTimeout,
+			PoisonLent:      cfg.PoisonLent,
 			Log:             log,
 		})
 	}

@@ -14,12 +14,10 @@
 // loopback takes about half as long (docs/PERFORMANCE-NOTES.md).
 //
 // What it lacks: CURVE encryption (a job with PS_CURVE_* keys uses the
-// ZeroMQ transport), and ZMTP heartbeats of its own (it answers a peer's
-// PINGs; with PS_LINK_TIMEOUT it relies on TCP keepalive and
-// TCP_USER_TIMEOUT to notice a peer's host gone, and on the van's
-// heartbeats for a peer that stopped).
+// ZeroMQ transport). With PS_LINK_TIMEOUT it sends ZMTP heartbeats as
+// libzmq does (heartbeat.go), and it answers a peer's.
 //
-// Goroutines: one accepts connections; one per accepted connection reads
+// Goroutines: one accepts connections; with a link timeout, one pings; one per accepted connection reads
 // it and passes messages to the receive loop through a bounded queue (a
 // full queue stops the reading, and TCP pushes back on the sender); one
 // per peer connects, reconnects every ReconnectInterval, and writes what

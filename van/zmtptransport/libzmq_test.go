@@ -41,7 +41,14 @@ func disconnects(t *testing.T, s *zmq.Socket) func() int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { mon.Close() })
+	// Stop monitoring before the PAIR closes (cleanups run last first, so
+	// before s closes too): libzmq sends an event with a send that blocks
+	// its I/O thread for ever when no PAIR reads it, which would stall
+	// every later socket of the process.
+	t.Cleanup(func() {
+		s.Monitor("", 0)
+		mon.Close()
+	})
 	mon.Connect(addr)
 	return func() int {
 		n := 0
@@ -101,5 +108,58 @@ func TestWithLibzmq(t *testing.T) {
 	}
 	if n, m := routerDown(), dealerDown(); n != 0 || m != 0 {
 		t.Fatalf("libzmq dropped %d (ROUTER) and %d (DEALER) connections for missing heartbeats", n, m)
+	}
+}
+
+// libzmq answers PINGs whatever its own heartbeat options: with a link
+// timeout on our side only, both connections stand after a quiet second.
+func TestHeartbeatsWithLibzmqWithoutHeartbeats(t *testing.T) {
+	plain := func(typ zmq.Type, identity string) *zmq.Socket {
+		s, err := zmq.NewSocket(typ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		s.SetLinger(0)
+		s.SetRcvtimeo(wait)
+		if identity != "" {
+			s.SetIdentity(identity)
+		}
+		return s
+	}
+	opts := Options{LinkTimeout: 200 * time.Millisecond}
+	router := plain(zmq.ROUTER, "")
+	router.Bind("tcp://127.0.0.1:*")
+	endpoint, _ := router.GetLastEndpoint()
+	var port int
+	fmt.Sscanf(endpoint[len("tcp://127.0.0.1:"):], "%d", &port)
+	tx := newTransport(t, opts)
+	ev := &events{ch: make(chan string, 16)}
+	tx.SetConnectionHandler(ev.handler)
+	tx.Connect(1, "127.0.0.1", port, "ps8")
+	if e := ev.next(t); e != "1 true" {
+		t.Fatalf("event %q", e)
+	}
+	rx, rport := bound(t, opts)
+	dealer := plain(zmq.DEALER, "ps4")
+	dealerDown := disconnects(t, dealer)
+	dealer.Connect(fmt.Sprintf("tcp://127.0.0.1:%d", rport))
+
+	time.Sleep(time.Second)
+	tx.Send(context.Background(), 1, [][]byte{[]byte("later")}, false)
+	dealer.SendMessage([]byte("later"))
+	if got, err := router.RecvMessageBytes(0); err != nil || string(got[1]) != "later" {
+		t.Fatalf("after a quiet second: %q %v", got, err)
+	}
+	if _, frames := recv(t, rx); string(frames[0]) != "later" {
+		t.Fatalf("after a quiet second: %q", frames[0])
+	}
+	select {
+	case e := <-ev.ch:
+		t.Fatalf("our DEALER's connection went %q", e)
+	default:
+	}
+	if n := dealerDown(); n != 0 {
+		t.Fatalf("the connection to libzmq's DEALER dropped %d times", n)
 	}
 }

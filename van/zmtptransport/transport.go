@@ -49,16 +49,23 @@ type Options struct {
 	MaxMessageBytes int64
 	// MaxFrames bounds the frames of one received message; 0 means 64.
 	MaxFrames int
-	// LinkTimeout, when positive, makes every TCP connection probe an idle
-	// peer (keepalive after LinkTimeout/2) and give up on data the peer
-	// does not acknowledge within LinkTimeout (TCP_USER_TIMEOUT), so that
-	// a cut cable or a host gone is noticed.
+	// LinkTimeout, when positive, bounds how long a connection may carry
+	// nothing from its peer before it is dropped (PS_LINK_TIMEOUT), as
+	// with the ZeroMQ transport: ZMTP heartbeats (a PING every
+	// LinkTimeout/12, answered with a PONG), TCP keepalive probing an idle
+	// connection after LinkTimeout/2, and a TCP user timeout (data not
+	// acknowledged) of LinkTimeout. So a cut cable, a host gone or a
+	// stopped process is noticed without application heartbeats.
 	LinkTimeout time.Duration
 	// HandshakeTimeout bounds a connection's ZMTP handshake; 0 means 10s.
 	HandshakeTimeout time.Duration
 	// ReconnectInterval is the wait between attempts to connect to a peer
 	// (libzmq's ZMQ_RECONNECT_IVL); 0 means 100ms.
 	ReconnectInterval time.Duration
+	// PoisonLent overwrites lent frames (see RecvLent) with 0xDB bytes when
+	// they are given back, so that a handler that keeps a view of its
+	// request reads garbage in its tests (PS_POISON_LENT).
+	PoisonLent bool
 	// Log receives the transport's warnings (peers that break the
 	// protocol, refused identities).
 	Log zerolog.Logger
@@ -126,6 +133,7 @@ type Transport struct {
 	peers    map[int]*peer
 	conns    map[*inConn]struct{}
 	owners   map[string]*inConn // identity -> the connection it is delivered from
+	links    map[*link]struct{} // connections the heartbeat watches
 	handover bool
 	closed   bool
 	anon     uint32 // the last identity made up for a peer without one
@@ -136,6 +144,8 @@ type Transport struct {
 	heldMu sync.Mutex
 	held   []*peer
 
+	pool bufPool // large received frames' buffers
+
 	onConnection atomic.Pointer[func(id int, up bool)]
 }
 
@@ -144,12 +154,14 @@ var (
 	_ van.ConnectionReporter = (*Transport)(nil)
 	_ van.Batcher            = (*Transport)(nil)
 	_ van.Handover           = (*Transport)(nil)
+	_ van.Lender             = (*Transport)(nil)
 )
 
 // inMsg is a received message, or the error of one that was skipped.
 type inMsg struct {
 	ident  []byte
 	frames [][]byte
+	lent   uint64 // bit i: frames[i] is a buffer of the pool
 	err    error
 }
 
@@ -194,9 +206,14 @@ func New(opts Options) (*Transport, error) {
 		peers:  map[int]*peer{},
 		conns:  map[*inConn]struct{}{},
 		owners: map[string]*inConn{},
+		links:  map[*link]struct{}{},
 		anon:   rand.Uint32(),
 	}
 	t.view.Store(&peerView{peers: map[int]*peer{}})
+	if opts.LinkTimeout > 0 {
+		t.wg.Add(1)
+		go t.heartbeat()
+	}
 	return t, nil
 }
 
@@ -328,6 +345,9 @@ func (t *Transport) serve(ic *inConn) {
 		}
 		return
 	}
+	pingMsg := ping(t.opts.LinkTimeout)
+	lk := t.watch(ic.c, func() { ic.write(pingMsg, t.opts.HandshakeTimeout) })
+	defer t.unwatch(lk)
 	ident := []byte(props["identity"])
 	if len(ident) == 0 {
 		ident = t.anonIdentity()
@@ -337,7 +357,7 @@ func (t *Transport) serve(ic *inConn) {
 		t.opts.Log.Warn().Str("identity", ic.ident).Str("from", ic.c.RemoteAddr().String()).
 			Msg("zmtp: identity already connected; dropping this connection's messages while the other holds it")
 	}
-	fr := &frameReader{r: br, maxFrames: t.opts.MaxFrames, maxBytes: t.opts.MaxMessageBytes}
+	fr := &frameReader{r: br, maxFrames: t.opts.MaxFrames, maxBytes: t.opts.MaxMessageBytes, pool: &t.pool}
 	var batch []inMsg
 	for {
 		// Pass on, together, what has arrived already: one hand-off to the
@@ -349,6 +369,7 @@ func (t *Transport) serve(ic *inConn) {
 			batch = nil
 		}
 		frames, cmd, err := fr.readMessage()
+		lk.touch()
 		if err != nil {
 			var o *oversized
 			if errors.As(err, &o) {
@@ -364,22 +385,27 @@ func (t *Transport) serve(ic *inConn) {
 			return
 		}
 		if cmd != nil {
-			if reply := answer(cmd); reply != nil {
-				ic.wMu.Lock()
-				ic.c.SetWriteDeadline(time.Now().Add(t.opts.HandshakeTimeout))
-				_, err := ic.c.Write(reply)
-				ic.wMu.Unlock()
-				if err != nil {
-					return
-				}
+			if reply := answer(cmd); reply != nil && ic.write(reply, t.opts.HandshakeTimeout) != nil {
+				return
 			}
 			continue
 		}
 		if !ic.owner.Load() && !t.claim(ic) {
+			fr.giveBack(frames)
 			continue // another connection holds the identity
 		}
-		batch = append(batch, inMsg{ident: ident, frames: frames})
+		batch = append(batch, inMsg{ident: ident, frames: frames, lent: fr.lent})
 	}
+}
+
+// write writes b to an accepted connection (a PONG or a PING), waiting at
+// most d.
+func (ic *inConn) write(b []byte, d time.Duration) error {
+	ic.wMu.Lock()
+	defer ic.wMu.Unlock()
+	ic.c.SetWriteDeadline(time.Now().Add(d))
+	_, err := ic.c.Write(b)
+	return err
 }
 
 // answer returns the reply to a command a peer sent after the handshake
@@ -622,13 +648,36 @@ func (t *Transport) Flush() {
 	}
 }
 
-// Recv implements van.Transport.
+// Recv implements van.Transport. The frames are the caller's.
 func (t *Transport) Recv() ([]byte, [][]byte, error) {
+	m := t.recv()
+	return m.ident, m.frames, m.err
+}
+
+// RecvLent implements van.Lender: frames of 512 KiB or more are lent
+// (buffers the transport reuses once release is called) rather than the
+// caller's.
+func (t *Transport) RecvLent() ([]byte, [][]byte, uint64, func(), error) {
+	return t.lend(t.recv())
+}
+
+// TryRecvLent implements van.Batcher: RecvLent that returns
+// van.ErrRecvTimeout at once when no message waits.
+func (t *Transport) TryRecvLent() ([]byte, [][]byte, uint64, func(), error) {
+	m, ok := t.next()
+	if !ok {
+		return nil, nil, 0, nil, van.ErrRecvTimeout
+	}
+	return t.lend(m)
+}
+
+// recv returns the next message, waiting up to RecvTimeout.
+func (t *Transport) recv() inMsg {
 	if t.ln == nil {
-		return nil, nil, errors.New("van: not bound")
+		return inMsg{err: errors.New("van: not bound")}
 	}
 	if m, ok := t.next(); ok {
-		return m.ident, m.frames, m.err
+		return m
 	}
 	if t.timer == nil {
 		t.timer = time.NewTimer(t.opts.RecvTimeout)
@@ -640,12 +689,12 @@ func (t *Transport) Recv() ([]byte, [][]byte, error) {
 		t.timer.Stop()
 		t.pending = b
 		m, _ := t.next()
-		return m.ident, m.frames, m.err
+		return m
 	case <-t.timer.C:
-		return nil, nil, van.ErrRecvTimeout
+		return inMsg{err: van.ErrRecvTimeout}
 	case <-t.stop:
 		t.timer.Stop()
-		return nil, nil, van.ErrClosed
+		return inMsg{err: van.ErrClosed}
 	}
 }
 
@@ -664,15 +713,19 @@ func (t *Transport) next() (inMsg, bool) {
 	return m, true
 }
 
-// TryRecvLent implements van.Batcher: Recv that returns van.ErrRecvTimeout
-// at once when no message waits. Nothing is lent: every frame is the
-// caller's.
-func (t *Transport) TryRecvLent() ([]byte, [][]byte, uint64, func(), error) {
-	m, ok := t.next()
-	if !ok {
-		return nil, nil, 0, nil, van.ErrRecvTimeout
+// lend returns m with its pooled frames lent: release gives them back.
+func (t *Transport) lend(m inMsg) ([]byte, [][]byte, uint64, func(), error) {
+	if m.err != nil || m.lent == 0 {
+		return m.ident, m.frames, 0, nil, m.err
 	}
-	return m.ident, m.frames, 0, nil, m.err
+	release := func() {
+		for i, f := range m.frames {
+			if m.lent&(1<<i) != 0 {
+				t.pool.put(f, t.opts.PoisonLent)
+			}
+		}
+	}
+	return m.ident, m.frames, m.lent, release, nil
 }
 
 // errStuck is Close's error when a goroutine of the transport did not stop
@@ -754,7 +807,10 @@ type peer struct {
 	n       int // messages in q
 	// urgent: q holds something that does not wait for Flush while p is
 	// held (a large message, a PONG).
-	urgent  bool
+	urgent bool
+	// holds release the lent frames q refers to (van.AcquireLent), once
+	// they are written or dropped.
+	holds   []func()
 	spare   []byte
 	held    bool
 	closing bool
@@ -904,7 +960,8 @@ func (p *peer) packLocked(frames [][]byte, size int) {
 
 // queueLargeLocked queues a large message: headers and small frames are
 // copied, large frames too unless shared (then they are written from the
-// caller's memory); qMu is held.
+// caller's memory, held until written when it is memory lent to a
+// handler); qMu is held.
 func (p *peer) queueLargeLocked(frames [][]byte, shared bool) {
 	var cur []byte
 	for i, f := range frames {
@@ -917,8 +974,15 @@ func (p *peer) queueLargeLocked(frames [][]byte, shared bool) {
 			cur = append(cur, f...)
 			continue
 		}
-		if !shared || van.IsLent(f) {
+		switch {
+		case !shared:
 			f = message.Clone(f)
+		case van.IsLent(f):
+			if release, ok := van.AcquireLent(f); ok {
+				p.holds = append(p.holds, release)
+			} else {
+				f = message.Clone(f)
+			}
 		}
 		p.q = append(p.q, cur, f)
 		cur = nil
@@ -938,16 +1002,24 @@ func (p *peer) queueRaw(b []byte) {
 	p.wake()
 }
 
-// takeLocked takes what q holds, for writing; qMu is held.
-func (p *peer) takeLocked() net.Buffers {
-	q := p.q
-	p.q, p.pack, p.partial, p.urgent = nil, false, false, false
-	if p.n > 0 && p.waiters > 0 {
+// takeLocked takes what q holds, for writing, and the releases of the lent
+// memory it refers to; qMu is held.
+func (p *peer) takeLocked() (net.Buffers, []func()) {
+	q, holds := p.q, p.holds
+	p.q, p.holds, p.pack, p.partial, p.urgent = nil, nil, false, false, false
+	if p.n > 0 && p.waiters > 0 && !p.closing { // shut closed it for good
 		close(p.room)
 		p.room = make(chan struct{})
 	}
 	p.n = 0
-	return q
+	return q, holds
+}
+
+// release gives back the lent memory of what was written or dropped.
+func release(holds []func()) {
+	for _, r := range holds {
+		r()
+	}
 }
 
 // tryWrite writes b to conn with one system call that does not wait, and
@@ -979,11 +1051,11 @@ func (p *peer) drain() bool {
 		return false
 	}
 	p.qMu.Lock()
-	if len(p.q) != 1 || p.closing {
+	if len(p.q) != 1 || len(p.holds) > 0 || p.closing {
 		p.qMu.Unlock()
 		return false
 	}
-	q := p.takeLocked()
+	q, _ := p.takeLocked()
 	p.qMu.Unlock()
 	n := p.tryWrite(q[0])
 	if n == len(q[0]) {
@@ -1016,6 +1088,12 @@ func (p *peer) recycle(b []byte) {
 func (p *peer) run() {
 	defer p.t.wg.Done()
 	defer close(p.done)
+	defer func() { // what was never written holds no lent memory
+		p.qMu.Lock()
+		_, holds := p.takeLocked()
+		p.qMu.Unlock()
+		release(holds)
+	}()
 	for {
 		c, dead, ok := p.dial()
 		if !ok {
@@ -1099,8 +1177,10 @@ func (p *peer) dial() (c net.Conn, dead chan struct{}, ok bool) {
 			return nil, nil, false
 		}
 		dead = make(chan struct{})
+		pingMsg := ping(t.opts.LinkTimeout)
+		lk := t.watch(c, func() { p.queueRaw(pingMsg) })
 		t.wg.Add(1)
-		go p.listen(br, dead)
+		go p.listen(br, lk, dead)
 		p.wMu.Lock()
 		p.conn, p.raw = c, raw
 		p.wMu.Unlock()
@@ -1111,13 +1191,15 @@ func (p *peer) dial() (c net.Conn, dead chan struct{}, ok bool) {
 // listen reads what the peer's ROUTER sends on p's connection (nothing but
 // PINGs, which it answers) until the connection ends, then closes dead
 // and wakes the writer.
-func (p *peer) listen(br *bufio.Reader, dead chan struct{}) {
+func (p *peer) listen(br *bufio.Reader, lk *link, dead chan struct{}) {
 	defer p.t.wg.Done()
 	defer p.wake()
 	defer close(dead)
+	defer p.t.unwatch(lk)
 	fr := &frameReader{r: br, maxFrames: p.t.opts.MaxFrames, maxBytes: 1 << 16}
 	for {
 		_, cmd, err := fr.readMessage()
+		lk.touch()
 		var o *oversized
 		if err != nil && !errors.As(err, &o) {
 			return
@@ -1140,8 +1222,9 @@ func (p *peer) serve(c net.Conn, dead chan struct{}) bool {
 			p.qMu.Lock()
 			closing := p.closing
 			var q net.Buffers
+			var holds []func()
 			if !p.held || p.urgent || p.n >= maxHeld || closing {
-				q = p.takeLocked() // else Flush sends it
+				q, holds = p.takeLocked() // else Flush sends it
 			}
 			p.qMu.Unlock()
 			if len(q) == 0 {
@@ -1157,6 +1240,7 @@ func (p *peer) serve(c net.Conn, dead chan struct{}) bool {
 			}
 			_, err := q.WriteTo(c)
 			p.wMu.Unlock()
+			release(holds)
 			if err != nil {
 				if closing || p.ctx.Err() != nil {
 					return false

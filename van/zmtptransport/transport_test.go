@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/gopslite/pslite/van"
 )
 
@@ -22,6 +24,9 @@ const wait = 20 * time.Second
 
 func newTransport(t *testing.T, opts Options) *Transport {
 	t.Helper()
+	if os.Getenv("ZMTP_TEST_LOG") != "" {
+		opts.Log = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel)
+	}
 	tr, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -461,5 +466,121 @@ func TestCloseIsBoundedWithAPeerThatDoesNotRead(t *testing.T) {
 	}
 	if _, err := tx.Send(context.Background(), 1, [][]byte{{1}}, false); !errors.Is(err, van.ErrClosed) {
 		t.Fatalf("Send after Close: %v", err)
+	}
+}
+
+func TestSilentPeersAreDropped(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	// A ROUTER that makes the handshake and then never answers a PING:
+	// the DEALER drops the connection and reports it down.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			c.Write(greeting())
+			c.Write(ready("ROUTER", ""))
+			go func() { // reads, so that nothing waits on a full buffer
+				buf := make([]byte, 4096)
+				for {
+					if _, err := c.Read(buf); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	tx := newTransport(t, Options{LinkTimeout: timeout})
+	ev := &events{ch: make(chan string, 16)}
+	tx.SetConnectionHandler(ev.handler)
+	start := time.Now()
+	tx.Connect(1, "127.0.0.1", l.Addr().(*net.TCPAddr).Port, "ps1")
+	if e := ev.next(t); e != "1 true" {
+		t.Fatalf("event %q", e)
+	}
+	if e := ev.next(t); e != "1 false" {
+		t.Fatalf("event %q", e)
+	}
+	if took := time.Since(start); took < timeout {
+		t.Fatalf("dropped after %v, before the link timeout %v", took, timeout)
+	}
+
+	// A DEALER that makes the handshake and then never answers a PING:
+	// the ROUTER closes its connection.
+	_, port := bound(t, Options{LinkTimeout: timeout})
+	c := rawPeer(t, port, "ps3")
+	c.SetReadDeadline(time.Now().Add(wait))
+	buf := make([]byte, 4096)
+	pings := 0
+	for {
+		n, err := c.Read(buf)
+		if err != nil {
+			break
+		}
+		pings += bytes.Count(buf[:n], []byte("\x04PING"))
+	}
+	if pings == 0 {
+		t.Fatal("the connection closed without a PING")
+	}
+}
+
+func TestLargeFramesAreLentAndReused(t *testing.T) {
+	rx, port := bound(t, Options{PoisonLent: true})
+	tx := newTransport(t, Options{})
+	tx.Connect(1, "127.0.0.1", port, "ps1")
+	big := pattern(lendMin+10, 1)
+	send := func() {
+		if _, err := tx.Send(context.Background(), 1, [][]byte{[]byte("meta"), big, {1}}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recvLent := func() ([][]byte, uint64, func()) {
+		t.Helper()
+		deadline := time.Now().Add(wait)
+		for time.Now().Before(deadline) {
+			_, frames, mask, release, err := rx.RecvLent()
+			if errors.Is(err, van.ErrRecvTimeout) {
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return frames, mask, release
+		}
+		t.Fatal("no message arrived")
+		return nil, 0, nil
+	}
+	send()
+	frames, mask, release := recvLent()
+	if mask != 1<<1 || release == nil || !bytes.Equal(frames[1], big) {
+		t.Fatalf("lent mask %b (want 10), release %v", mask, release != nil)
+	}
+	first := &frames[1][0]
+	release()
+	rx.pool.mu.Lock()
+	poisoned := len(rx.pool.free) == 1 && rx.pool.free[0][:1][0] == 0xDB
+	rx.pool.mu.Unlock()
+	if !poisoned {
+		t.Fatal("a given-back frame is not kept, poisoned")
+	}
+	send()
+	frames, _, release = recvLent()
+	if &frames[1][0] != first || !bytes.Equal(frames[1], big) {
+		t.Fatal("the second large frame did not reuse the first one's buffer, or differs")
+	}
+	release()
+	// Recv (not lent) gives the frames to the caller: nothing to give back.
+	send()
+	if _, frames := recv(t, rx); !bytes.Equal(frames[1], big) {
+		t.Fatal("the frame differs")
 	}
 }

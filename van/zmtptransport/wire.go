@@ -184,6 +184,8 @@ type frameReader struct {
 	r         *bufio.Reader
 	maxFrames int
 	maxBytes  int64
+	pool      *bufPool // large frames are received into its buffers; may be nil
+	lent      uint64   // after readMessage: bit i set when frame i came from pool
 }
 
 // errTooLarge is a frame larger than a whole message may be: libzmq drops
@@ -230,6 +232,7 @@ func (o *oversized) Error() string {
 // and returned as an *oversized error; the connection stays usable.
 func (fr *frameReader) readMessage() (frames [][]byte, cmd []byte, err error) {
 	var total int64
+	fr.lent = 0
 	n := 0 // frames read
 	skip := false
 	for {
@@ -251,6 +254,7 @@ func (fr *frameReader) readMessage() (frames [][]byte, cmd []byte, err error) {
 		total += size
 		n++
 		if !skip && (n > fr.maxFrames || total > fr.maxBytes) {
+			fr.giveBack(frames)
 			skip, frames = true, nil
 		}
 		if skip {
@@ -258,17 +262,35 @@ func (fr *frameReader) readMessage() (frames [][]byte, cmd []byte, err error) {
 				return nil, nil, err
 			}
 		} else {
-			f := make([]byte, size)
-			if _, err := io.ReadFull(fr.r, f); err != nil {
-				return nil, nil, err
+			var f []byte
+			if fr.pool != nil && size >= lendMin && n <= 64 {
+				f = fr.pool.get(int(size))
+				fr.lent |= 1 << (n - 1)
+			} else {
+				f = make([]byte, size)
 			}
 			frames = append(frames, f)
+			if _, err := io.ReadFull(fr.r, f); err != nil {
+				fr.giveBack(frames)
+				return nil, nil, err
+			}
 		}
 		if flags&flagMore == 0 {
 			if skip {
+				fr.lent = 0
 				return nil, nil, &oversized{frames: n, bytes: total}
 			}
 			return frames, nil, nil
 		}
 	}
+}
+
+// giveBack returns the pooled frames of a message that is not passed on.
+func (fr *frameReader) giveBack(frames [][]byte) {
+	for i, f := range frames {
+		if fr.lent&(1<<i) != 0 {
+			fr.pool.put(f, false)
+		}
+	}
+	fr.lent = 0
 }

@@ -1,0 +1,65 @@
+package zmtptransport
+
+import "sync"
+
+// lendMin is the smallest frame received into a pooled buffer and lent
+// (see Transport.RecvLent): below it a copy costs less than the
+// bookkeeping.
+const lendMin = 512 << 10
+
+// bufPool keeps the buffers of large received frames once their handlers
+// are done with them, for the next ones: a fresh buffer costs a page fault
+// per 4 KiB, more than receiving the bytes into it. It keeps at most
+// poolBuffers buffers and poolBytes bytes.
+type bufPool struct {
+	mu    sync.Mutex
+	free  [][]byte
+	bytes int
+}
+
+const (
+	poolBuffers = 8
+	poolBytes   = 1 << 30
+)
+
+// get returns a buffer of n bytes: a kept one at most twice as large as
+// needed, or a new one.
+func (p *bufPool) get(n int) []byte {
+	p.mu.Lock()
+	best := -1
+	for i, b := range p.free {
+		if cap(b) >= n && cap(b) <= 2*n && (best < 0 || cap(b) < cap(p.free[best])) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		b := p.free[best]
+		last := len(p.free) - 1
+		p.free[best] = p.free[last]
+		p.free[last] = nil
+		p.free = p.free[:last]
+		p.bytes -= cap(b)
+		p.mu.Unlock()
+		return b[:n]
+	}
+	p.mu.Unlock()
+	return make([]byte, n)
+}
+
+// put keeps b for a later get, if there is room; poison overwrites it
+// first (Options.PoisonLent).
+func (p *bufPool) put(b []byte, poison bool) {
+	if poison {
+		b = b[:cap(b)]
+		for i := range b {
+			b[i] = 0xDB
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.free) >= poolBuffers || p.bytes+cap(b) > poolBytes {
+		return
+	}
+	p.free = append(p.free, b[:0])
+	p.bytes += cap(b)
+}
