@@ -15,7 +15,7 @@ BUILD     ?= build
 PROTOC_GEN_GO_VERSION := v1.36.12
 GOBIN     := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all deps build test nocgo demo proto proto-check bench vet clean netimpair
+.PHONY: all deps build test nocgo demo proto proto-check bench bench-zmtp vet clean netimpair
 
 all: build
 
@@ -51,6 +51,9 @@ proto-check:
 bench: build
 	$(GO) test -run XXX -bench . -benchmem ./message/ ./customer/ ./kv/ ./van/ ./psf/
 	scripts/bench.sh docs/PERFORMANCE.md
+
+bench-zmtp: build
+	DMLC_PS_VAN_TYPE=zmtp scripts/bench.sh docs/PERFORMANCE-ZMTP.md
 
 netimpair: $(BUILD)/netimpair
 

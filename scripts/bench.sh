@@ -17,6 +17,8 @@
 #     (../include), or given as PSLITE_CPP_INCLUDE.
 # PSLITE_CPP_INCLUDE and PSLITE_CPP_LIB override the header directory and
 # the library. BENCH_ROUNDS sets the rounds (default 3 with C++, else 1).
+# DMLC_PS_VAN_TYPE=zmtp runs our nodes on the ZMTP transport (C++ ps-lite's
+# nodes keep libzmq): make bench-zmtp writes docs/PERFORMANCE-ZMTP.md so.
 #
 #   usage: scripts/bench.sh [OUT]     (default OUT: docs/PERFORMANCE.md)
 set -euo pipefail
@@ -73,11 +75,18 @@ if [ -n "${PSLITE_CPP_BUILD:-}" ]; then
 fi
 rounds=${BENCH_ROUNDS:-$([ -n "$cpp" ] && echo 3 || echo 1)}
 
+# Our nodes use the transport DMLC_PS_VAN_TYPE names (zmq by default, or
+# zmtp); C++ ps-lite's know only zmq, so they run without it.
+van=${DMLC_PS_VAN_TYPE:-zmq}
+unset DMLC_PS_VAN_TYPE
+ours() { DMLC_PS_VAN_TYPE=$van "$@"; }
+
 run() { # program servers workers args...
-  local p=$1 s=$2 w=$3
+  local p=$1 s=$2 w=$3 how=ours
   shift 3
+  [ "$p" != "$cpp" ] || how=env
   echo "== ${p##*/} ${s}x${w} $*" >&2
-  DMLC_NODE_HOST=127.0.0.1 scripts/local.sh "$s" "$w" "$p" "$@" | tee -a "$results" | { grep -v '^RESULT' || true; } >&2
+  DMLC_NODE_HOST=127.0.0.1 $how scripts/local.sh "$s" "$w" "$p" "$@" | tee -a "$results" | { grep -v '^RESULT' || true; } >&2
 }
 # both runs ours, then C++ ps-lite's (when built), with the same arguments.
 both() { # servers workers args...
@@ -106,8 +115,9 @@ kv_record() { # label log
   done
 }
 kv_benchmark() { # label binary
-  local log
-  log=$(DMLC_NODE_HOST=127.0.0.1 scripts/local.sh 1 1 "$2" 2>&1) || { echo "$log" >&2; return 1; }
+  local log how=env
+  [ "$1" != ours ] || how=ours
+  log=$(DMLC_NODE_HOST=127.0.0.1 $how scripts/local.sh 1 1 "$2" 2>&1) || { echo "$log" >&2; return 1; }
   kv_record "$1" "$log"
 }
 # kv_mixed runs our scheduler and server with a C++ worker.
@@ -115,9 +125,9 @@ kv_mixed() { # cpp-binary
   local port log pids=()
   port=$((20000 + RANDOM % 20000))
   export DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=1 DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$port DMLC_NODE_HOST=127.0.0.1
-  DMLC_ROLE=scheduler build/test_kv_app_benchmark >/dev/null 2>&1 &
+  DMLC_ROLE=scheduler ours build/test_kv_app_benchmark >/dev/null 2>&1 &
   pids+=($!)
-  DMLC_ROLE=server build/test_kv_app_benchmark >/dev/null 2>&1 &
+  DMLC_ROLE=server ours build/test_kv_app_benchmark >/dev/null 2>&1 &
   pids+=($!)
   log=$(DMLC_ROLE=worker timeout "$PS_LOCAL_TIMEOUT" "$1" 2>&1) || { echo "$log" >&2; kill "${pids[@]}" 2>/dev/null; return 1; }
   wait "${pids[@]}"
@@ -133,5 +143,5 @@ if [ -n "$cpp" ]; then
   done
 fi
 mkdir -p "$(dirname "$out")"
-build/psbench report < "$results" > "$out"
+build/psbench report -van="$van" < "$results" > "$out"
 echo "wrote $out" >&2
