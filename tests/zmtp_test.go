@@ -68,8 +68,9 @@ func TestZMTPMixedWithZeroMQ(t *testing.T) {
 }
 
 // Rows of the failure model on the ZMTP transport: a worker killed, a
-// server killed (requests resent, then failed), a frozen worker replaced
-// (its replacement's connections take over its identity).
+// server killed (requests resent, then failed), a worker stopped and a
+// link cut with only the link timeout to notice them, a frozen worker
+// replaced (its replacement's connections take over its identity).
 func TestZMTPFaults(t *testing.T) {
 	env := append(append([]string{}, zmtpEnv...), heartbeatEnv...)
 	t.Run("worker killed", func(t *testing.T) {
@@ -79,6 +80,33 @@ func TestZMTPFaults(t *testing.T) {
 	t.Run("server killed, resend", func(t *testing.T) {
 		r := startRow(t, false, 2, 1, rowRounds, append([]string{"PS_RESEND=1"}, env...))
 		r.killForGood(t, r.j.servers[1])
+	})
+	// Heartbeats off: the transport's own PINGs find a stopped process
+	// (its kernel still acknowledges TCP) and a link cut for good.
+	linkEnv := append(append([]string{}, zmtpEnv...), "PS_LINK_TIMEOUT=5")
+	t.Run("worker stopped, link timeout only", func(t *testing.T) {
+		r := startRow(t, false, 2, 2, rowRounds, linkEnv)
+		victim := r.j.workers[1]
+		lost := nodeName("worker", rank(t, victim))
+		ref := time.Now()
+		if err := victim.stop(); err != nil {
+			t.Fatal(err)
+		}
+		defer victim.kill()
+		rs := r.h.wait(t, ref, modelBound+10*time.Second)
+		t.Logf("stopped %s:%s", victim.name, summary(rs))
+		expectFailed(t, rs, modelBound, lost, victim)
+	})
+	t.Run("link down for good, link timeout only", func(t *testing.T) {
+		r := startRow(t, true, 2, 2, rowRounds, linkEnv)
+		victim := r.j.workers[1]
+		lost := nodeName("worker", rank(t, victim))
+		ref := time.Now()
+		r.h.linkDown(t, victim.host)
+		rs := r.h.wait(t, ref, modelBound+10*time.Second)
+		t.Logf("%s's link down for good:%s", victim.name, summary(rs))
+		expectFailed(t, rs, modelBound, lost, victim)
+		expectFailed(t, []result{find(rs, victim.name)}, modelBound, "")
 	})
 	t.Run("frozen worker replaced", func(t *testing.T) {
 		env := append([]string{"PS_RESEND=1"}, env...)
