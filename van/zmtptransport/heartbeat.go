@@ -14,7 +14,8 @@ import (
 type link struct {
 	c     net.Conn
 	heard atomic.Int64 // when the peer last sent anything (UnixNano)
-	ping  func()       // sends c a PING
+	ping  func()       // sends c a PING; may wait (bounded) on a full socket
+	busy  atomic.Bool  // a ping is being sent
 }
 
 // touch records that the peer sent something; l may be nil (no heartbeat).
@@ -79,7 +80,16 @@ func (t *Transport) heartbeat() {
 					l.c.Close()
 					continue
 				}
-				l.ping()
+				// Each ping on a goroutine of its own, so that a peer that
+				// does not read holds up no one else's.
+				if l.busy.CompareAndSwap(false, true) {
+					t.wg.Add(1)
+					go func() {
+						defer t.wg.Done()
+						defer l.busy.Store(false)
+						l.ping()
+					}()
+				}
 			}
 			links = links[:0]
 		}

@@ -872,18 +872,18 @@ func (p *peer) send(ctx context.Context, frames [][]byte, shared bool, limit int
 		now := time.Now()
 		quiet := now.Sub(p.lastDirect) >= coalesceGap
 		if p.conn != nil && quiet {
-			p.lastDirect = now
 			p.qMu.Lock()
 			idle := len(p.q) == 0 && !p.closing && !p.held
 			p.qMu.Unlock()
 			if idle {
+				p.lastDirect = now
 				p.scratch = appendMessage(p.scratch[:0], frames)
 				n := p.tryWrite(p.scratch)
 				if n < len(p.scratch) {
 					// The kernel's buffer is full (or the connection broke):
-					// the writer sends the rest.
-					// Others may have queued behind it meanwhile: the rest
-					// goes first (the writer cannot write while wMu is held).
+					// the writer sends the rest, before what others may
+					// have queued meanwhile (it cannot write while wMu is
+					// held).
 					p.qMu.Lock()
 					p.q = append(net.Buffers{append([]byte(nil), p.scratch[n:]...)}, p.q...)
 					p.partial = n > 0
