@@ -131,10 +131,7 @@ func (t *Transport) sendHead(p *peer) (empty bool, err error) {
 	} else {
 		p.n--
 	}
-	if p.waiters > 0 && !p.closing { // (shut closed room for good)
-		close(p.room)
-		p.room = make(chan struct{})
-	}
+	p.room.Freed()
 	p.qMu.Unlock()
 	return false, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/van"
+	"github.com/gopslite/pslite/van/internal/sendq"
 )
 
 // Options configures a Transport.
@@ -115,7 +115,7 @@ type Transport struct {
 	closed  bool
 	// view is a copy of peers and closed, replaced under peersMu at each
 	// change, for sends to read without the lock.
-	view    atomic.Pointer[peerView]
+	view    sendq.View[*peer]
 	writers sync.WaitGroup
 	live    map[*peer]struct{} // peers whose writer runs; under peersMu
 	// stopWait, when set, replaces the package's stopWait (for tests).
@@ -123,8 +123,7 @@ type Transport struct {
 
 	guard *curveGuard // nil without CURVE
 
-	heldMu sync.Mutex // guards held
-	held   []*peer    // peers held by Hold and not flushed since
+	held sendq.Held[*peer] // peers held by Hold and not flushed since
 
 	onConnection atomic.Pointer[func(id int, up bool)]
 }
@@ -148,14 +147,13 @@ type peer struct {
 	// socket; Send and TrySend only try it, and queue when it is taken.
 	sockMu sync.Mutex
 
-	qMu     sync.Mutex // guards q, n, spare, closing, held, waiters and room
+	qMu     sync.Mutex // guards q, n, spare, closing, held and room
 	q       []outMsg   // what waits to be sent, oldest first
 	n       int        // messages in q (a pack holds several)
 	spare   *sendPack  // a sent pack kept for reuse
 	closing bool
 	held    bool          // Hold: sends queue without waking the writer, until Flush
-	waiters int           // senders waiting for room
-	room    chan struct{} // closed and replaced when q shrinks (with waiters) or the peer closes
+	room    sendq.Room    // senders wait on it while n is at the limit
 	kick    chan struct{} // wakes the writer (capacity 1)
 	done    chan struct{} // closed when the writer has closed the socket
 }
@@ -203,7 +201,6 @@ func New(opts Options) (*Transport, error) {
 		}
 	}
 	t := &Transport{opts: opts, ctx: ctx, peers: make(map[int]*peer), live: make(map[*peer]struct{})}
-	t.view.Store(&peerView{peers: map[int]*peer{}})
 	if opts.Curve != nil {
 		if err := opts.Curve.Check(); err != nil {
 			ctx.Term()
@@ -342,7 +339,7 @@ func (t *Transport) Connect(id int, host string, port int, identity string) erro
 			return fmt.Errorf("van: CURVE client: %w", err)
 		}
 	}
-	p := &peer{id: id, sock: sock, h: rawSocket(sock), room: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{})}
+	p := &peer{id: id, sock: sock, h: rawSocket(sock), kick: make(chan struct{}, 1), done: make(chan struct{})}
 	if f := t.onConnection.Load(); f != nil {
 		// Watch before connecting, so that the first CONNECTED is seen.
 		m, err := monitorSocket(t.ctx, sock, zmq.EVENT_CONNECTED|zmq.EVENT_DISCONNECTED, func(ev zmq.Event, _ string, _ int) {
@@ -411,19 +408,26 @@ func (p *peer) shut() {
 		return
 	}
 	p.qMu.Lock()
-	if !p.closing {
-		p.closing = true
-		close(p.room)
-	}
+	p.closing = true
+	p.room.Close()
 	p.qMu.Unlock()
-	p.wake()
+	p.Wake()
 }
 
-func (p *peer) wake() {
+// Wake implements sendq.Holdable: it wakes p's writer.
+func (p *peer) Wake() {
 	select {
 	case p.kick <- struct{}{}:
 	default:
 	}
+}
+
+// SetHeld implements sendq.Holdable.
+func (p *peer) SetHeld(on bool) (was, queued bool) {
+	p.qMu.Lock()
+	defer p.qMu.Unlock()
+	was, p.held = p.held, on
+	return was, len(p.q) > 0
 }
 
 // write is p's writer: it sends what is queued, in order, until p shuts,
@@ -491,29 +495,11 @@ func (p *peer) closeSocket() {
 	p.qMu.Unlock()
 }
 
-// peerView is a published copy of a transport's peers.
-type peerView struct {
-	peers  map[int]*peer
-	closed bool
-}
-
 // publishLocked publishes a copy of peers and closed; peersMu is held.
-func (t *Transport) publishLocked() {
-	t.view.Store(&peerView{peers: maps.Clone(t.peers), closed: t.closed})
-}
+func (t *Transport) publishLocked() { t.view.Publish(t.peers, t.closed) }
 
 // peer returns the sending side for id.
-func (t *Transport) peer(id int) (*peer, error) {
-	v := t.view.Load()
-	if v == nil || v.closed {
-		return nil, van.ErrClosed
-	}
-	p, ok := v.peers[id]
-	if !ok {
-		return nil, fmt.Errorf("%w %d", van.ErrNoPeer, id)
-	}
-	return p, nil
-}
+func (t *Transport) peer(id int) (*peer, error) { return t.view.Get(id) }
 
 // Send implements van.Transport. Shared frames of 512 KiB or more are sent
 // without a copy.
@@ -574,26 +560,9 @@ func (t *Transport) send(ctx context.Context, id int, frames [][]byte, shared bo
 		}
 	}
 	p.qMu.Lock()
-	for p.n >= limit && !p.closing {
-		if ctx == nil {
-			p.qMu.Unlock()
-			return 0, van.ErrWouldBlock
-		}
-		room := p.room
-		p.waiters++
+	if err := p.room.Wait(ctx, &p.qMu, func() bool { return p.n >= limit }); err != nil {
 		p.qMu.Unlock()
-		var err error
-		select {
-		case <-room:
-		case <-ctx.Done():
-			err = ctx.Err()
-		}
-		p.qMu.Lock()
-		p.waiters--
-		if err != nil {
-			p.qMu.Unlock()
-			return 0, err
-		}
+		return 0, err
 	}
 	if p.closing {
 		p.qMu.Unlock()
@@ -611,7 +580,7 @@ func (t *Transport) send(ctx context.Context, id int, frames [][]byte, shared bo
 	wake := !p.held || p.n >= maxHeld
 	p.qMu.Unlock()
 	if wake {
-		p.wake()
+		p.Wake()
 	}
 	return total, nil
 }
@@ -635,47 +604,15 @@ const maxHeld = 64
 // Hold implements van.Batcher: sends to node id join its queue, without
 // waking its writer, until Flush.
 func (t *Transport) Hold(id int) {
-	p, err := t.peer(id)
-	if err != nil {
-		return
-	}
-	p.qMu.Lock()
-	was := p.held
-	p.held = true
-	p.qMu.Unlock()
-	if !was {
-		t.heldMu.Lock()
-		t.held = append(t.held, p)
-		t.heldMu.Unlock()
+	if p, err := t.peer(id); err == nil {
+		t.held.Hold(p)
 	}
 }
 
 // Flush implements van.Batcher: it sends what the held peers' queues hold,
-// on the calling goroutine when their sockets are free and take it at
-// once, and otherwise by their writers. It never waits.
-func (t *Transport) Flush() {
-	t.heldMu.Lock()
-	held := t.held
-	t.held = nil
-	t.heldMu.Unlock()
-	for i, p := range held {
-		held[i] = nil
-		p.qMu.Lock()
-		p.held = false
-		queued := len(p.q) > 0
-		p.qMu.Unlock()
-		if queued && !t.drain(p) {
-			p.wake()
-		}
-	}
-	if cap(held) <= 16 {
-		t.heldMu.Lock()
-		if t.held == nil {
-			t.held = held[:0] // reuse the list
-		}
-		t.heldMu.Unlock()
-	}
-}
+// on the calling goroutine when that needs no waiting, and otherwise by
+// their writers. It never waits.
+func (t *Transport) Flush() { t.held.Flush(t.drain) }
 
 // drain sends p's queue on the calling goroutine; it reports false when
 // something is left for the writer (the socket was busy or full).

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/van"
+	"github.com/gopslite/pslite/van/internal/sendq"
 )
 
 // peer is the sending side for one node: a DEALER connection of its own.
@@ -40,7 +41,8 @@ type peer struct {
 	// partial: q[0] is the rest of a message partly written to conn; it
 	// is dropped should conn break (the next connection starts afresh).
 	partial bool
-	n       int // messages in q
+	n       int        // messages in q
+	room    sendq.Room // senders wait on it while n is at the limit
 	// urgent: q holds something that does not wait for Flush while p is
 	// held (a large message, a PONG).
 	urgent bool
@@ -50,8 +52,6 @@ type peer struct {
 	spare   []byte
 	held    bool
 	closing bool
-	waiters int
-	room    chan struct{} // closed and replaced when q empties (with waiters) or the peer shuts
 	kick    chan struct{} // wakes the writer (capacity 1)
 	done    chan struct{} // closed when the writer has ended
 }
@@ -61,15 +61,24 @@ func newPeer(t *Transport, id int, network, addr, identity string) *peer {
 	return &peer{
 		t: t, id: id, network: network, addr: addr, identity: identity,
 		ctx: ctx, cancel: cancel,
-		room: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{}),
+		kick: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 }
 
-func (p *peer) wake() {
+// Wake implements sendq.Holdable: it wakes p's writer.
+func (p *peer) Wake() {
 	select {
 	case p.kick <- struct{}{}:
 	default:
 	}
+}
+
+// SetHeld implements sendq.Holdable.
+func (p *peer) SetHeld(on bool) (was, queued bool) {
+	p.qMu.Lock()
+	defer p.qMu.Unlock()
+	was, p.held = p.held, on
+	return was, len(p.q) > 0
 }
 
 // shut makes p's writer send what is queued (for up to the linger time)
@@ -80,10 +89,8 @@ func (p *peer) shut() {
 		return
 	}
 	p.qMu.Lock()
-	if !p.closing {
-		p.closing = true
-		close(p.room)
-	}
+	p.closing = true
+	p.room.Close()
 	p.qMu.Unlock()
 	p.cancel()
 	p.cMu.Lock()
@@ -91,7 +98,7 @@ func (p *peer) shut() {
 		p.cur.SetDeadline(time.Now().Add(p.t.opts.Linger))
 	}
 	p.cMu.Unlock()
-	p.wake()
+	p.Wake()
 }
 
 // send writes the message itself when p is idle, has not been written to
@@ -125,7 +132,7 @@ func (p *peer) send(ctx context.Context, frames [][]byte, shared bool, limit int
 					p.partial = n > 0
 					p.n++
 					p.qMu.Unlock()
-					p.wake()
+					p.Wake()
 				}
 				if cap(p.scratch) > packCap {
 					p.scratch = nil
@@ -137,31 +144,14 @@ func (p *peer) send(ctx context.Context, frames [][]byte, shared bool, limit int
 		p.wMu.Unlock()
 	}
 	p.qMu.Lock()
-	for p.n >= limit && !p.closing {
-		if ctx == nil {
-			p.qMu.Unlock()
-			return 0, van.ErrWouldBlock
-		}
-		room := p.room
-		p.waiters++
+	if err := p.room.Wait(ctx, &p.qMu, func() bool { return p.n >= limit }); err != nil {
 		p.qMu.Unlock()
-		var err error
-		select {
-		case <-room:
-		case <-ctx.Done():
-			err = ctx.Err()
-		}
-		p.qMu.Lock()
-		p.waiters--
-		if err != nil {
-			p.qMu.Unlock()
-			return 0, err
-		}
+		return 0, err
 	}
 	if p.closing {
 		p.qMu.Unlock()
-		if _, err := p.t.peer(p.id); errors.Is(err, van.ErrClosed) {
-			return 0, err
+		if p.t.view.Closed() {
+			return 0, van.ErrClosed
 		}
 		return 0, van.ErrPeerClosed
 	}
@@ -174,7 +164,7 @@ func (p *peer) send(ctx context.Context, frames [][]byte, shared bool, limit int
 	wake := !p.held || p.n >= maxHeld || !small
 	p.qMu.Unlock()
 	if wake {
-		p.wake()
+		p.Wake()
 	}
 	return total, nil
 }
@@ -235,7 +225,7 @@ func (p *peer) queueRaw(b []byte) {
 	p.q = append(p.q, b)
 	p.pack, p.urgent = false, true
 	p.qMu.Unlock()
-	p.wake()
+	p.Wake()
 }
 
 // takeLocked takes what q holds, for writing, and the releases of the lent
@@ -243,9 +233,8 @@ func (p *peer) queueRaw(b []byte) {
 func (p *peer) takeLocked() (net.Buffers, []func()) {
 	q, holds := p.q, p.holds
 	p.q, p.holds, p.pack, p.partial, p.urgent = nil, nil, false, false, false
-	if p.n > 0 && p.waiters > 0 && !p.closing { // shut closed it for good
-		close(p.room)
-		p.room = make(chan struct{})
+	if p.n > 0 {
+		p.room.Freed()
 	}
 	p.n = 0
 	return q, holds
@@ -360,7 +349,7 @@ func (p *peer) run() {
 // report tells the connection handler that p's connection went up or down.
 func (p *peer) report(up bool) {
 	f := p.t.onConnection.Load()
-	if f == nil || !p.t.current(p) || p.ctx.Err() != nil {
+	if f == nil || !p.t.view.Current(p.id, p) || p.ctx.Err() != nil {
 		return
 	}
 	(*f)(p.id, up)
@@ -429,7 +418,7 @@ func (p *peer) dial() (c net.Conn, dead chan struct{}, ok bool) {
 // and wakes the writer.
 func (p *peer) listen(br *bufio.Reader, lk *link, dead chan struct{}) {
 	defer p.t.wg.Done()
-	defer p.wake()
+	defer p.Wake()
 	defer close(dead)
 	defer p.t.unwatch(lk)
 	fr := &frameReader{r: br, maxFrames: p.t.opts.MaxFrames, maxBytes: 1 << 16}

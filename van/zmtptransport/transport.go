@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -19,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gopslite/pslite/van"
+	"github.com/gopslite/pslite/van/internal/sendq"
 )
 
 // Options configures a Transport. The fields mean what they mean for the
@@ -136,11 +136,10 @@ type Transport struct {
 	closed   bool
 	anon     uint32 // the last identity made up for a peer without one
 
-	view atomic.Pointer[peerView]
-	wg   sync.WaitGroup // every goroutine of the transport
+	view sendq.View[*peer] // peers and closed, published at each change
+	wg   sync.WaitGroup    // every goroutine of the transport
 
-	heldMu sync.Mutex
-	held   []*peer
+	held sendq.Held[*peer]
 
 	pool bufPool // large received frames' buffers
 
@@ -207,7 +206,6 @@ func New(opts Options) (*Transport, error) {
 		links:  map[*link]struct{}{},
 		anon:   rand.Uint32(),
 	}
-	t.view.Store(&peerView{peers: map[int]*peer{}})
 	if opts.LinkTimeout > 0 {
 		t.wg.Add(1)
 		go t.heartbeat()
@@ -553,35 +551,11 @@ func (t *Transport) Disconnect(id int) {
 	p.shut()
 }
 
-// peerView is a published copy of a transport's peers.
-type peerView struct {
-	peers  map[int]*peer
-	closed bool
-}
-
-// publishLocked publishes a copy of peers and closed; mu is held.
-func (t *Transport) publishLocked() {
-	t.view.Store(&peerView{peers: maps.Clone(t.peers), closed: t.closed})
-}
+// publishLocked publishes the peers and closed; mu is held.
+func (t *Transport) publishLocked() { t.view.Publish(t.peers, t.closed) }
 
 // peer returns the sending side for id.
-func (t *Transport) peer(id int) (*peer, error) {
-	v := t.view.Load()
-	if v.closed {
-		return nil, van.ErrClosed
-	}
-	p, ok := v.peers[id]
-	if !ok {
-		return nil, fmt.Errorf("%w %d", van.ErrNoPeer, id)
-	}
-	return p, nil
-}
-
-// current reports whether p is still the transport's peer for its node.
-func (t *Transport) current(p *peer) bool {
-	v := t.view.Load()
-	return !v.closed && v.peers[p.id] == p
-}
+func (t *Transport) peer(id int) (*peer, error) { return t.view.Get(id) }
 
 // Send implements van.Transport. Shared frames of 512 KiB or more are
 // written without a copy.
@@ -604,47 +578,15 @@ func (t *Transport) TrySend(id int, frames [][]byte, shared bool) (int, error) {
 
 // Hold implements van.Batcher.
 func (t *Transport) Hold(id int) {
-	p, err := t.peer(id)
-	if err != nil {
-		return
-	}
-	p.qMu.Lock()
-	was := p.held
-	p.held = true
-	p.qMu.Unlock()
-	if !was {
-		t.heldMu.Lock()
-		t.held = append(t.held, p)
-		t.heldMu.Unlock()
+	if p, err := t.peer(id); err == nil {
+		t.held.Hold(p)
 	}
 }
 
-// Flush implements van.Batcher: what the held peers' queues hold is
-// written by the calling goroutine when the kernel takes it at once, and
-// otherwise by the peers' writers. It never waits.
-func (t *Transport) Flush() {
-	t.heldMu.Lock()
-	held := t.held
-	t.held = nil
-	t.heldMu.Unlock()
-	for i, p := range held {
-		held[i] = nil
-		p.qMu.Lock()
-		p.held = false
-		queued := len(p.q) > 0
-		p.qMu.Unlock()
-		if queued && !p.drain() {
-			p.wake()
-		}
-	}
-	if cap(held) <= 16 {
-		t.heldMu.Lock()
-		if t.held == nil {
-			t.held = held[:0]
-		}
-		t.heldMu.Unlock()
-	}
-}
+// Flush implements van.Batcher: it sends what the held peers' queues hold,
+// on the calling goroutine when that needs no waiting, and otherwise by
+// their writers. It never waits.
+func (t *Transport) Flush() { t.held.Flush(func(p *peer) bool { return p.drain() }) }
 
 // Recv implements van.Transport. The frames are the caller's.
 func (t *Transport) Recv() ([]byte, [][]byte, error) {

@@ -397,7 +397,7 @@ func TestFullQueue(t *testing.T) {
 	p, _ := tx.peer(1)
 	for deadline := time.Now().Add(wait); ; runtime.Gosched() {
 		p.qMu.Lock()
-		waiting := p.waiters > 0
+		waiting := p.room.Waiters() > 0
 		p.qMu.Unlock()
 		if waiting {
 			break
