@@ -23,15 +23,20 @@ func TestZMTPPrograms(t *testing.T) {
 		s, w int
 		env  []string
 		want string
+		args []string
 	}{
-		{"test_kv_app", 2, 2, nil, "error: 0, 0"},
-		{"test_kv_app", 2, 2, []string{"DMLC_LOCAL=1"}, "error: 0, 0"},
-		{"test_kv_app", 2, 2, []string{"PS_RESEND=1", "PS_DROP_MSG=10", "PS_RESEND_TIMEOUT=100", "PS_HEARTBEAT_INTERVAL=1"}, "error: 0, 0"},
-		{"test_simple_app", 2, 2, nil, "handled 100 requests"},
-		{"test_kv_app_benchmark", 1, 1, nil, "Pull average time cost"},
+		{"test_kv_app", 2, 2, nil, "error: 0, 0", nil},
+		{"test_kv_app", 2, 2, []string{"DMLC_LOCAL=1"}, "error: 0, 0", nil},
+		{"test_kv_app", 2, 2, []string{"PS_RESEND=1", "PS_DROP_MSG=10", "PS_RESEND_TIMEOUT=100", "PS_HEARTBEAT_INTERVAL=1"}, "error: 0, 0", nil},
+		// A PING every 83 ms among 300 rounds of pushes and pulls (a PING
+		// written alone once corrupted the next run of messages).
+		{"test_kv_app", 2, 2, []string{"PS_LINK_TIMEOUT=1"}, "error: 0, 0", []string{"-keys=20000", "-repeat=300"}},
+		{"test_simple_app", 2, 2, nil, "handled 100 requests", nil},
+		{"test_kv_app_benchmark", 1, 1, nil, "Pull average time cost", nil},
 	} {
 		t.Run(fmt.Sprintf("%s/%dx%d %s", c.prog, c.s, c.w, strings.Join(c.env, " ")), func(t *testing.T) {
-			out := launch(t, append(append([]string{}, zmtpEnv...), c.env...), "local.sh", fmt.Sprint(c.s), fmt.Sprint(c.w), bin(c.prog))
+			args := append([]string{fmt.Sprint(c.s), fmt.Sprint(c.w), bin(c.prog)}, c.args...)
+			out := launch(t, append(append([]string{}, zmtpEnv...), c.env...), "local.sh", args...)
 			want := c.w
 			if c.prog == "test_kv_app_benchmark" {
 				want = 1

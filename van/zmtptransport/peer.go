@@ -219,8 +219,11 @@ func (p *peer) queueLargeLocked(frames [][]byte, shared bool) {
 	p.pack, p.urgent = false, true
 }
 
-// queueRawLocked queues bytes that are not a message (a PONG).
+// queueRaw queues bytes that are not a message (a PING, a PONG). They are
+// copied: a buffer written alone may be kept for the next pack (recycle),
+// and b may be sent again (the connection's PING).
 func (p *peer) queueRaw(b []byte) {
+	b = append([]byte(nil), b...)
 	p.qMu.Lock()
 	p.q = append(p.q, b)
 	p.pack, p.urgent = false, true
@@ -296,7 +299,10 @@ func (p *peer) drain() bool {
 	return false
 }
 
-// recycle keeps a written pack for the next one.
+// recycle keeps a buffer written alone for the next pack. Every buffer q
+// holds alone is the peer's own (a pack, a large message's copy, a raw
+// command's copy): the caller's frames, sent without a copy, always follow
+// a header buffer.
 func (p *peer) recycle(b []byte) {
 	if cap(b) > packCap {
 		return

@@ -73,10 +73,13 @@ const (
 	defaultMaxMessageBytes = 1 << 30
 	defaultMaxFrames       = 64
 
-	// packMax bounds the encoded size of a message that joins a pack:
-	// small messages queued for a peer are encoded end to end into one
-	// buffer, written with one system call.
-	packMax = 16 << 10
+	// packMax bounds the encoded size of a message that is written at
+	// once by a Send to an idle peer, or joins a pack: messages queued for
+	// a peer are encoded end to end into one buffer, written with one
+	// system call. Larger ones are queued for the writer (their large
+	// frames without a copy). A copy of up to packMax costs less than the
+	// hand-off to the writer.
+	packMax = 256 << 10
 	// packCap is the size past which a pack takes no more messages.
 	packCap = 256 << 10
 	// zeroCopyMin is the smallest shared frame sent without a copy.

@@ -584,3 +584,47 @@ func TestLargeFramesAreLentAndReused(t *testing.T) {
 		t.Fatal("the frame differs")
 	}
 }
+
+// Heartbeat PINGs interleave with a stream of messages on the same
+// connection; none may be corrupted by the reuse of the writer's buffers.
+func TestPingsInterleaveWithMessages(t *testing.T) {
+	opts := Options{LinkTimeout: 24 * time.Millisecond} // a PING every 2ms
+	rx, port := bound(t, opts)
+	tx := newTransport(t, opts)
+	ev := &events{ch: make(chan string, 16)}
+	tx.SetConnectionHandler(ev.handler)
+	tx.Connect(1, "127.0.0.1", port, "ps1")
+	if e := ev.next(t); e != "1 true" {
+		t.Fatalf("event %q", e)
+	}
+	const n = 20000
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; i < n; i++ {
+			frames := [][]byte{[]byte(strconv.Itoa(i)), pattern(10+i%50, byte(i))}
+			if _, err := tx.Send(context.Background(), 1, frames, false); err != nil {
+				done <- err
+				return
+			}
+			if i%20 == 0 {
+				// Let PINGs come between runs of messages, written alone.
+				time.Sleep(500 * time.Microsecond)
+			}
+		}
+		done <- nil
+	}()
+	for i := 0; i < n; i++ {
+		_, frames := recv(t, rx)
+		if string(frames[0]) != strconv.Itoa(i) || !bytes.Equal(frames[1], pattern(10+i%50, byte(i))) {
+			t.Fatalf("message %d arrived as %q", i, frames[0])
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-ev.ch:
+		t.Fatalf("the connection went %q", e)
+	default:
+	}
+}
