@@ -7,6 +7,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,9 +72,15 @@ func needFile(t *testing.T, path, pkg string) {
 // output; the test fails when the job fails.
 func job(t *testing.T, servers, workers int, args ...string) string {
 	t.Helper()
+	return jobEnv(t, nil, servers, workers, args...)
+}
+
+// jobEnv is job with variables added to the environment.
+func jobEnv(t *testing.T, env []string, servers, workers int, args ...string) string {
+	t.Helper()
 	cmdArgs := append([]string{fmt.Sprint(servers), fmt.Sprint(workers), lrBinary(t)}, args...)
 	cmd := exec.Command(filepath.Join("..", "..", "scripts", "local.sh"), cmdArgs...)
-	cmd.Env = append(os.Environ(), "PS_LOCAL_TIMEOUT=90", "PS_START_TIMEOUT=30")
+	cmd.Env = append(append(os.Environ(), "PS_LOCAL_TIMEOUT=90", "PS_START_TIMEOUT=30"), env...)
 	var buf bytes.Buffer
 	cmd.Stdout = &buf
 	cmd.Stderr = &buf
@@ -185,11 +192,19 @@ func TestFashionMNISTSubset(t *testing.T) {
 	needFile(t, fashionTest, "dataset-fashion-mnist")
 	dir := t.TempDir()
 	model := filepath.Join(dir, "fashion.model")
-	out := job(t, 2, 2, "-train="+fashionTrain, "-test="+fashionTest, "-train-limit=5000", "-test-limit=1000", "-loss=softmax",
-		"-epochs=2", "-batch=20", "-lr=0.1", "-sync=bsp", "-model="+model)
+	args := []string{"-train=" + fashionTrain, "-test=" + fashionTest, "-train-limit=5000", "-test-limit=1000", "-loss=softmax",
+		"-epochs=2", "-batch=20", "-lr=0.1", "-sync=bsp"}
+	out := job(t, 2, 2, append(args, "-model="+model)...)
 	acc := finalAccuracy(t, out)
 	if acc <= 0.7 {
 		t.Errorf("test accuracy %.4f, want > 0.7:\n%s", acc, out)
+	}
+	// The same job on the ZMTP transport, with a PING every 83 ms among
+	// the pushes and pulls. BSP: the same model but for the order in which
+	// a server adds the workers' pushes (floating point).
+	zout := jobEnv(t, []string{"DMLC_PS_VAN_TYPE=zmtp", "PS_LINK_TIMEOUT=1"}, 2, 2, args...)
+	if zacc := finalAccuracy(t, zout); math.Abs(zacc-acc) > 0.01 {
+		t.Errorf("on zmtp: test accuracy %.4f, on zmq %.4f:\n%s", zacc, acc, zout)
 	}
 	if !strings.Contains(out, "softmax regression over 10 classes") {
 		t.Errorf("not a 10-class model:\n%s", out)
