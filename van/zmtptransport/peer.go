@@ -53,7 +53,6 @@ type peer struct {
 	held    bool
 	closing bool
 	kick    chan struct{} // wakes the writer (capacity 1)
-	done    chan struct{} // closed when the writer has ended
 }
 
 func newPeer(t *Transport, id int, network, addr, identity string) *peer {
@@ -61,7 +60,7 @@ func newPeer(t *Transport, id int, network, addr, identity string) *peer {
 	return &peer{
 		t: t, id: id, network: network, addr: addr, identity: identity,
 		ctx: ctx, cancel: cancel,
-		kick: make(chan struct{}, 1), done: make(chan struct{}),
+		kick: make(chan struct{}, 1),
 	}
 }
 
@@ -318,7 +317,6 @@ func (p *peer) recycle(b []byte) {
 // when the connection breaks, until p shuts.
 func (p *peer) run() {
 	defer p.t.wg.Done()
-	defer close(p.done)
 	defer func() { // what was never written holds no lent memory
 		p.qMu.Lock()
 		_, holds := p.takeLocked()
