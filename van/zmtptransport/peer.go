@@ -365,6 +365,7 @@ func (p *peer) report(up bool) {
 func (p *peer) dial() (c net.Conn, dead chan struct{}, ok bool) {
 	t := p.t
 	var wait *time.Timer
+	warned := false
 	for first := true; ; first = false {
 		if !first {
 			if wait == nil {
@@ -397,7 +398,13 @@ func (p *peer) dial() (c net.Conn, dead chan struct{}, ok bool) {
 		br := bufio.NewReaderSize(c, 4096)
 		if _, err := t.handshake(c, br, "DEALER", p.identity); err != nil {
 			c.Close()
-			t.opts.Log.Debug().Err(err).Int("node", p.id).Msg("zmtp: handshake failed, trying again")
+			// Once a warning (a peer that is no ZeroMQ ROUTER, or wants
+			// CURVE), then quietly, every ReconnectInterval.
+			ev := t.opts.Log.Debug()
+			if !warned && p.ctx.Err() == nil {
+				ev, warned = t.opts.Log.Warn(), true
+			}
+			ev.Err(err).Int("node", p.id).Str("addr", p.addr).Msg("zmtp: handshake failed, trying again")
 			continue
 		}
 		raw, err := c.(syscall.Conn).SyscallConn()
