@@ -68,9 +68,7 @@ func TestWithLibzmq(t *testing.T) {
 		t.Fatal(err)
 	}
 	routerDown := disconnects(t, router)
-	endpoint, _ := router.GetLastEndpoint()
-	var port int
-	fmt.Sscanf(endpoint[len("tcp://127.0.0.1:"):], "%d", &port)
+	port := boundPort(t, router)
 	tx := newTransport(t, Options{})
 	tx.Connect(1, "127.0.0.1", port, "ps8")
 	if _, err := tx.Send(context.Background(), 1, [][]byte{[]byte("meta"), pattern(300, 1)}, false); err != nil {
@@ -97,15 +95,7 @@ func TestWithLibzmq(t *testing.T) {
 	// Both libzmq sockets ping every 20ms and drop a connection that is
 	// silent for 200ms: after a second of quiet, both connections still
 	// stand, since PINGs are answered.
-	time.Sleep(time.Second)
-	tx.Send(context.Background(), 1, [][]byte{[]byte("later")}, false)
-	dealer.SendMessage([]byte("later"))
-	if got, err := router.RecvMessageBytes(0); err != nil || string(got[1]) != "later" {
-		t.Fatalf("after a quiet second: %q %v", got, err)
-	}
-	if _, frames := recv(t, rx); string(frames[0]) != "later" {
-		t.Fatalf("after a quiet second: %q", frames[0])
-	}
+	afterQuietSecond(t, tx, router, dealer, rx)
 	if n, m := routerDown(), dealerDown(); n != 0 || m != 0 {
 		t.Fatalf("libzmq dropped %d (ROUTER) and %d (DEALER) connections for missing heartbeats", n, m)
 	}
@@ -130,21 +120,44 @@ func TestHeartbeatsWithLibzmqWithoutHeartbeats(t *testing.T) {
 	opts := Options{LinkTimeout: 200 * time.Millisecond}
 	router := plain(zmq.ROUTER, "")
 	router.Bind("tcp://127.0.0.1:*")
-	endpoint, _ := router.GetLastEndpoint()
-	var port int
-	fmt.Sscanf(endpoint[len("tcp://127.0.0.1:"):], "%d", &port)
+	port := boundPort(t, router)
 	tx := newTransport(t, opts)
-	ev := &events{ch: make(chan string, 16)}
-	tx.SetConnectionHandler(ev.handler)
-	tx.Connect(1, "127.0.0.1", port, "ps8")
-	if e := ev.next(t); e != "1 true" {
-		t.Fatalf("event %q", e)
-	}
+	ev := connect(t, tx, 1, port, "ps8")
 	rx, rport := bound(t, opts)
 	dealer := plain(zmq.DEALER, "ps4")
 	dealerDown := disconnects(t, dealer)
 	dealer.Connect(fmt.Sprintf("tcp://127.0.0.1:%d", rport))
 
+	afterQuietSecond(t, tx, router, dealer, rx)
+	select {
+	case e := <-ev.ch:
+		t.Fatalf("our DEALER's connection went %q", e)
+	default:
+	}
+	if n := dealerDown(); n != 0 {
+		t.Fatalf("the connection to libzmq's DEALER dropped %d times", n)
+	}
+}
+
+// boundPort returns the TCP port a libzmq socket bound on 127.0.0.1.
+func boundPort(t *testing.T, s *zmq.Socket) int {
+	t.Helper()
+	endpoint, err := s.GetLastEndpoint()
+	var port int
+	if err == nil {
+		_, err = fmt.Sscanf(endpoint[len("tcp://127.0.0.1:"):], "%d", &port)
+	}
+	if err != nil {
+		t.Fatalf("port of %q: %v", endpoint, err)
+	}
+	return port
+}
+
+// afterQuietSecond waits a second, then sends a message each way: from
+// our DEALER (node 1 of tx) to libzmq's router, and from libzmq's dealer
+// to our rx; both must arrive.
+func afterQuietSecond(t *testing.T, tx *Transport, router, dealer *zmq.Socket, rx *Transport) {
+	t.Helper()
 	time.Sleep(time.Second)
 	tx.Send(context.Background(), 1, [][]byte{[]byte("later")}, false)
 	dealer.SendMessage([]byte("later"))
@@ -153,13 +166,5 @@ func TestHeartbeatsWithLibzmqWithoutHeartbeats(t *testing.T) {
 	}
 	if _, frames := recv(t, rx); string(frames[0]) != "later" {
 		t.Fatalf("after a quiet second: %q", frames[0])
-	}
-	select {
-	case e := <-ev.ch:
-		t.Fatalf("our DEALER's connection went %q", e)
-	default:
-	}
-	if n := dealerDown(); n != 0 {
-		t.Fatalf("the connection to libzmq's DEALER dropped %d times", n)
 	}
 }

@@ -323,15 +323,23 @@ func (e *events) next(t *testing.T) string {
 	}
 }
 
+// connect connects tx to node id at port, reporting connection events to
+// the returned recorder, and waits until the connection is up.
+func connect(t *testing.T, tx *Transport, id, port int, identity string) *events {
+	t.Helper()
+	ev := &events{ch: make(chan string, 16)}
+	tx.SetConnectionHandler(ev.handler)
+	tx.Connect(id, "127.0.0.1", port, identity)
+	if e := ev.next(t); e != fmt.Sprintf("%d true", id) {
+		t.Fatalf("event %q", e)
+	}
+	return ev
+}
+
 func TestReconnectKeepsWhatWasQueued(t *testing.T) {
 	rx, port := bound(t, Options{})
 	tx := newTransport(t, Options{})
-	ev := &events{ch: make(chan string, 16)}
-	tx.SetConnectionHandler(ev.handler)
-	tx.Connect(3, "127.0.0.1", port, "ps1")
-	if e := ev.next(t); e != "3 true" {
-		t.Fatalf("event %q", e)
-	}
+	ev := connect(t, tx, 3, port, "ps1")
 	tx.Send(context.Background(), 3, [][]byte{[]byte("before")}, false)
 	if _, frames := recv(t, rx); string(frames[0]) != "before" {
 		t.Fatalf("got %q", frames[0])
@@ -445,12 +453,7 @@ func TestCloseIsBoundedWithAPeerThatDoesNotRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := &events{ch: make(chan string, 16)}
-	tx.SetConnectionHandler(ev.handler)
-	tx.Connect(1, "127.0.0.1", l.Addr().(*net.TCPAddr).Port, "ps1")
-	if e := ev.next(t); e != "1 true" {
-		t.Fatalf("event %q", e)
-	}
+	connect(t, tx, 1, l.Addr().(*net.TCPAddr).Port, "ps1")
 	big := make([]byte, 4<<20)
 	for i := 0; i < 16; i++ {
 		if _, err := tx.TrySend(1, [][]byte{big}, false); err != nil {
@@ -591,12 +594,7 @@ func TestPingsInterleaveWithMessages(t *testing.T) {
 	opts := Options{LinkTimeout: 24 * time.Millisecond} // a PING every 2ms
 	rx, port := bound(t, opts)
 	tx := newTransport(t, opts)
-	ev := &events{ch: make(chan string, 16)}
-	tx.SetConnectionHandler(ev.handler)
-	tx.Connect(1, "127.0.0.1", port, "ps1")
-	if e := ev.next(t); e != "1 true" {
-		t.Fatalf("event %q", e)
-	}
+	ev := connect(t, tx, 1, port, "ps1")
 	const n = 20000
 	done := make(chan error, 1)
 	go func() {
