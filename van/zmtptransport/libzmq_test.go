@@ -11,9 +11,10 @@ import (
 	zmq "github.com/pebbe/zmq4"
 )
 
-// zmqSocket returns a libzmq socket of type typ whose heartbeats (every
-// 20ms, 200ms timeout) drop the connection unless the peer answers PINGs.
-func zmqSocket(t *testing.T, typ zmq.Type, identity string) *zmq.Socket {
+// zmqSocket returns a libzmq socket of type typ; with heartbeats, they
+// (every 20ms, 200ms timeout) drop the connection unless the peer answers
+// PINGs.
+func zmqSocket(t *testing.T, typ zmq.Type, identity string, heartbeats bool) *zmq.Socket {
 	t.Helper()
 	s, err := zmq.NewSocket(typ)
 	if err != nil {
@@ -22,8 +23,10 @@ func zmqSocket(t *testing.T, typ zmq.Type, identity string) *zmq.Socket {
 	t.Cleanup(func() { s.Close() })
 	s.SetLinger(0)
 	s.SetRcvtimeo(wait)
-	s.SetHeartbeatIvl(20 * time.Millisecond)
-	s.SetHeartbeatTimeout(200 * time.Millisecond)
+	if heartbeats {
+		s.SetHeartbeatIvl(20 * time.Millisecond)
+		s.SetHeartbeatTimeout(200 * time.Millisecond)
+	}
 	if identity != "" {
 		s.SetIdentity(identity)
 	}
@@ -63,7 +66,7 @@ func disconnects(t *testing.T, s *zmq.Socket) func() int {
 
 func TestWithLibzmq(t *testing.T) {
 	// Our DEALER to libzmq's ROUTER.
-	router := zmqSocket(t, zmq.ROUTER, "")
+	router := zmqSocket(t, zmq.ROUTER, "", true)
 	if err := router.Bind("tcp://127.0.0.1:*"); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +84,7 @@ func TestWithLibzmq(t *testing.T) {
 
 	// libzmq's DEALER to our ROUTER.
 	rx, rport := bound(t, Options{})
-	dealer := zmqSocket(t, zmq.DEALER, "ps4")
+	dealer := zmqSocket(t, zmq.DEALER, "ps4", true)
 	dealerDown := disconnects(t, dealer)
 	if err := dealer.Connect(fmt.Sprintf("tcp://127.0.0.1:%d", rport)); err != nil {
 		t.Fatal(err)
@@ -104,27 +107,14 @@ func TestWithLibzmq(t *testing.T) {
 // libzmq answers PINGs whatever its own heartbeat options: with a link
 // timeout on our side only, both connections stand after a quiet second.
 func TestHeartbeatsWithLibzmqWithoutHeartbeats(t *testing.T) {
-	plain := func(typ zmq.Type, identity string) *zmq.Socket {
-		s, err := zmq.NewSocket(typ)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		s.SetLinger(0)
-		s.SetRcvtimeo(wait)
-		if identity != "" {
-			s.SetIdentity(identity)
-		}
-		return s
-	}
 	opts := Options{LinkTimeout: 200 * time.Millisecond}
-	router := plain(zmq.ROUTER, "")
+	router := zmqSocket(t, zmq.ROUTER, "", false)
 	router.Bind("tcp://127.0.0.1:*")
 	port := boundPort(t, router)
 	tx := newTransport(t, opts)
 	ev := connect(t, tx, 1, port, "ps8")
 	rx, rport := bound(t, opts)
-	dealer := plain(zmq.DEALER, "ps4")
+	dealer := zmqSocket(t, zmq.DEALER, "ps4", false)
 	dealerDown := disconnects(t, dealer)
 	dealer.Connect(fmt.Sprintf("tcp://127.0.0.1:%d", rport))
 
