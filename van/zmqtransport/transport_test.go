@@ -253,7 +253,7 @@ func heldMonitor(t *testing.T, stopWait time.Duration) (tr *Transport, port int,
 	select {
 	case <-entered: // the handler now holds the monitor's goroutine
 	case <-time.After(10 * time.Second):
-		t.Fatal("no CONNECTED event")
+		t.Fatal("no connection event")
 	}
 	return tr, port, release
 }

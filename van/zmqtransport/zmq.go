@@ -341,13 +341,16 @@ func (t *Transport) Connect(id int, host string, port int, identity string) erro
 	}
 	p := &peer{id: id, sock: sock, h: rawSocket(sock), kick: make(chan struct{}, 1), done: make(chan struct{})}
 	if f := t.onConnection.Load(); f != nil {
-		// Watch before connecting, so that the first CONNECTED is seen.
-		m, err := monitorSocket(t.ctx, sock, zmq.EVENT_CONNECTED|zmq.EVENT_DISCONNECTED, func(ev zmq.Event, _ string, _ int) {
+		// Watch before connecting, so that the first handshake is seen.
+		// Up is the ZMTP handshake done, not the TCP connection made: a
+		// stopped process's kernel still accepts connections, so a DEALER
+		// reconnecting to it would look up again at every try.
+		m, err := monitorSocket(t.ctx, sock, zmq.EVENT_HANDSHAKE_SUCCEEDED|zmq.EVENT_DISCONNECTED, func(ev zmq.Event, _ string, _ int) {
 			t.peersMu.Lock()
 			current := t.peers[id] == p && !t.closed
 			t.peersMu.Unlock()
 			if current && !p.isClosing() {
-				(*f)(id, ev == zmq.EVENT_CONNECTED)
+				(*f)(id, ev == zmq.EVENT_HANDSHAKE_SUCCEEDED)
 			}
 		})
 		if err != nil {
