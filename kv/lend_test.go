@@ -1,6 +1,7 @@
 package kv_test
 
 import (
+	"fmt"
 	"math"
 	"sync"
 	"testing"
@@ -16,7 +17,10 @@ import (
 //   - the handle sees the pushed keys and values;
 //   - a pull answered with a view of the request's keys (ZResponse) reaches
 //     the worker intact, though the handle returns before it is sent;
-//   - pulled values lent to the worker are its own;
+//   - pulled values lent to the worker are its own: they stay intact
+//     through later pulls, from both servers (the last answer is assembled
+//     from a view, the first from a copy) or from one (a view, copied out);
+//   - an empty destination with room is filled in place;
 //   - a view the handle keeps past its return reads the poison.
 func TestLentRequests(t *testing.T) {
 	for _, resend := range []bool{false, true} {
@@ -75,6 +79,28 @@ func TestLentRequests(t *testing.T) {
 			for i, k := range keys {
 				vals[i] = val(k)
 			}
+			pull := func(keys []uint64, dst *[]float64) {
+				t.Helper()
+				ts, err := w.Pull(keys, dst, nil)
+				if err == nil {
+					err = w.Wait(ts)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			check := func(what string, keys []uint64, got []float64) {
+				t.Helper()
+				if len(got) != len(keys) {
+					t.Fatalf("%s: %d values for %d keys", what, len(got), len(keys))
+				}
+				for i, k := range keys {
+					if got[i] != val(k) {
+						t.Fatalf("%s: pulled %v for key %d, want %v", what, got[i], k, val(k))
+					}
+				}
+			}
+			var results [][]float64
 			for round := range 3 {
 				ts, err := w.Push(keys, vals, nil)
 				if err == nil {
@@ -83,17 +109,23 @@ func TestLentRequests(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var got []float64
-				if ts, err = w.Pull(keys, &got, nil); err == nil {
-					err = w.Wait(ts)
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				for i, k := range keys {
-					if got[i] != val(k) {
-						t.Fatalf("round %d: pulled %v for key %d, want %v", round, got[i], k, val(k))
-					}
+				var got, one []float64
+				pull(keys, &got)
+				check(fmt.Sprintf("round %d", round), keys, got)
+				pull(keys[:n/2], &one) // the first server's keys only
+				check(fmt.Sprintf("round %d, one server", round), keys[:n/2], one)
+				results = append(results, got, one)
+			}
+			for i, got := range results {
+				check(fmt.Sprintf("result %d after the last pull", i), [][]uint64{keys, keys[:n/2]}[i%2], got)
+			}
+			buf := make([]float64, 0, n)
+			for _, ks := range [][]uint64{keys, keys[:n/2]} {
+				got := buf[:0]
+				pull(ks, &got)
+				check("into a buffer with room", ks, got)
+				if &got[0] != &buf[:1][0] {
+					t.Errorf("an empty destination with room for %d values was not filled in place", len(ks))
 				}
 			}
 			mu.Lock()

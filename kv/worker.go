@@ -105,12 +105,15 @@ func NewKVWorker[V message.Value](po *postoffice.Postoffice, appID, customerID i
 }
 
 // pullPart is one server's answer to a pull: the bounds of its keys, and
-// its values and lens.
+// its values and lens. The last answer of a pull keeps views of the
+// received message (lent, when the transport lent its memory): it is
+// assembled before its message is given back. Earlier answers own copies.
 type pullPart[V message.Value] struct {
 	first, last uint64
 	keys        int
 	vals        []V
 	lens        []int32
+	lent        bool // vals is a view of lent memory
 }
 
 // ownSlice returns s, or a copy of it when it is a view of lent memory.
@@ -197,9 +200,11 @@ func (w *KVWorker[V]) ZPush(keys []uint64, vals []V, lens []int32, opts ...Optio
 }
 
 // Pull fetches the values of keys into *vals (and the number of values of
-// each key into *lens, when lens is not nil). An empty *vals is allocated;
-// otherwise it must have room for exactly the values returned. The values are
-// in place when Wait returns.
+// each key into *lens, when lens is not nil). An empty *vals (or *lens) is
+// filled within its capacity when that has room, as append would (pass
+// buf[:0] to reuse buf), and allocated otherwise; a non-empty one must have
+// room for exactly the values returned. The values are in place when Wait
+// returns.
 func (w *KVWorker[V]) Pull(keys []uint64, vals *[]V, lens *[]int32, opts ...Option) (int, error) {
 	return w.ZPull(slices.Clone(keys), vals, lens, opts...)
 }
@@ -395,6 +400,7 @@ func (w *KVWorker[V]) process(msg *message.Message) {
 		return
 	}
 	var part pullPart[V]
+	rank := message.IDToRank(int(msg.Meta.Sender))
 	if msg.Meta.Pull {
 		kvs, err := decodeKVs[V](msg, true)
 		if err == nil && len(kvs.Keys) == 0 {
@@ -409,9 +415,12 @@ func (w *KVWorker[V]) process(msg *message.Message) {
 		}
 		n := len(kvs.Keys)
 		part = pullPart[V]{first: kvs.Keys[0], last: kvs.Keys[n-1], keys: n,
-			vals: ownSlice(kvs.Vals, msg.IsLent(1)), lens: ownSlice(kvs.Lens, msg.IsLent(2))}
+			vals: kvs.Vals, lens: kvs.Lens, lent: msg.IsLent(1)}
+		if !w.lastAnswer(ts, rank) {
+			// It must outlive its message, which is given back on return.
+			part.vals, part.lens, part.lent = ownSlice(kvs.Vals, msg.IsLent(1)), ownSlice(kvs.Lens, msg.IsLent(2)), false
+		}
 	}
-	rank := message.IDToRank(int(msg.Meta.Sender))
 	w.mu.Lock()
 	r, ok := w.reqs.Get(ts)
 	if !ok { // failed meanwhile
@@ -434,6 +443,16 @@ func (w *KVWorker[V]) process(msg *message.Message) {
 		w.po.Metrics().WorkerLatency(r.kind, time.Since(r.at))
 	}
 	w.finish(ts, r)
+}
+
+// lastAnswer reports whether request ts waits for nothing but the answer
+// of the server of rank. Answers to one request are processed one at a
+// time, so it stays so until that answer is counted (or the request fails).
+func (w *KVWorker[V]) lastAnswer(ts, rank int) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r, ok := w.reqs.Get(ts)
+	return ok && len(r.waiting) == 1 && r.waiting[0] == rank
 }
 
 func (w *KVWorker[V]) log() *zerolog.Logger { l := w.po.Logger(); return &l }
@@ -459,19 +478,25 @@ func (w *KVWorker[V]) assemble(p *pulling[V]) error {
 	}
 	vals := *dest.vals
 	handedOver := false
-	if len(vals) == 0 && len(parts) == 1 {
-		// One answer and no destination yet: hand over the received values.
+	switch {
+	case len(vals) == 0 && cap(vals) >= totalVals:
+		// An empty destination with room: fill it, as C++'s SArray::resize
+		// keeps its capacity (no fresh memory, whose pages cost a fault
+		// each, for every pull).
+		vals = vals[:totalVals]
+	case len(vals) == 0 && len(parts) == 1 && !parts[0].lent:
+		// One answer of our own and no room: hand over its values.
 		vals, handedOver = parts[0].vals, true
-	} else if len(vals) == 0 {
+	case len(vals) == 0:
 		vals = make([]V, totalVals)
-	} else if len(vals) != totalVals {
+	case len(vals) != totalVals:
 		return fmt.Errorf("kv: pull got %d values but the destination holds %d", totalVals, len(vals))
 	}
 	var lens []int32
 	if dest.lens != nil {
 		lens = *dest.lens
 		if len(lens) == 0 {
-			lens = make([]int32, totalKeys)
+			lens = slices.Grow(lens, totalKeys)[:totalKeys]
 		} else if len(lens) != totalKeys {
 			return fmt.Errorf("kv: pull got %d lengths but the destination holds %d", totalKeys, len(lens))
 		}
