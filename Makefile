@@ -7,7 +7,9 @@
 #   make demo    test_kv_app, then logistic regression on heart_scale and Fashion-MNIST (2 servers, 2 workers)
 #   make proto   regenerate message/pb/meta.pb.go; make proto-check fails on drift
 #   make bench   micro-benchmarks, then psbench jobs writing docs/PERFORMANCE.md
-#                (PSLITE_CPP_BUILD=dir adds C++ ps-lite's test_kv_app_benchmark)
+#                (PSLITE_CPP_BUILD=dir adds C++ ps-lite alongside, alternated)
+#   make bench-zmq  the psbench jobs with our nodes on libzmq (DMLC_PS_VAN_TYPE=zmq),
+#                writing docs/PERFORMANCE-ZMQ.md
 #   make netimpair  build/netimpair, the NFQUEUE delay/loss program behind
 #                scripts/netns.sh impair (needs cc and libnetfilter-queue-dev; not in all)
 GO        ?= go
@@ -15,7 +17,7 @@ BUILD     ?= build
 PROTOC_GEN_GO_VERSION := v1.36.12
 GOBIN     := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all deps build test nocgo demo proto proto-check bench bench-zmtp vet clean netimpair
+.PHONY: all deps build test nocgo demo proto proto-check bench bench-zmq vet clean netimpair
 
 all: build
 
@@ -52,8 +54,8 @@ bench: build
 	$(GO) test -run XXX -bench . -benchmem ./message/ ./customer/ ./kv/ ./van/ ./psf/
 	scripts/bench.sh docs/PERFORMANCE.md
 
-bench-zmtp: build
-	DMLC_PS_VAN_TYPE=zmtp scripts/bench.sh docs/PERFORMANCE-ZMTP.md
+bench-zmq: build
+	DMLC_PS_VAN_TYPE=zmq scripts/bench.sh docs/PERFORMANCE-ZMQ.md
 
 netimpair: $(BUILD)/netimpair
 

@@ -95,10 +95,11 @@ type Config struct {
 	// Curve, when set (PS_CURVE_PUBLIC_KEY and PS_CURVE_SECRET_KEY, the
 	// job's key pair in Z85), encrypts and authenticates every connection.
 	Curve *van.CurveKeys
-	// VanType is DMLC_PS_VAN_TYPE: "zmq" (the default, ZeroMQ through
-	// libzmq) or "zmtp" (ZeroMQ's wire protocol spoken in Go, see
-	// van/zmtptransport; no CURVE). Both mix with each other and with C++
-	// ps-lite's zmq van in one job.
+	// VanType is DMLC_PS_VAN_TYPE: "zmtp" (ZeroMQ's wire protocol spoken
+	// in Go, see van/zmtptransport; no CURVE) or "zmq" (ZeroMQ through
+	// libzmq and pebbe/zmq4). Unset, it is "zmtp", or "zmq" when CURVE
+	// keys are set. Both mix with each other and with C++ ps-lite's zmq
+	// van in one job.
 	VanType string
 }
 
@@ -187,8 +188,15 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 		}
 	}
 	switch vt := get("DMLC_PS_VAN_TYPE"); vt {
-	case "", "zmq":
-		c.VanType = "zmq"
+	case "":
+		// ZMTP spoken in Go is the faster transport (docs/PERFORMANCE.md);
+		// CURVE needs libzmq, so a job with keys runs on it.
+		c.VanType = "zmtp"
+		if c.Curve != nil {
+			c.VanType = "zmq"
+		}
+	case "zmq":
+		c.VanType = vt
 	case "zmtp":
 		c.VanType = vt
 		if c.Curve != nil {

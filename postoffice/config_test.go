@@ -95,7 +95,7 @@ func TestConfigComplete(t *testing.T) {
 		LinkTimeout:      180 * time.Second,
 		MaxMessageBytes:  1 << 30,
 		KeepRecvMemory:   true,
-		VanType:          "zmq",
+		VanType:          "zmtp",
 	}
 	if c != want {
 		t.Fatalf("config\n got %+v\nwant %+v", c, want)
@@ -262,8 +262,8 @@ func TestConfigTrimsSpace(t *testing.T) {
 
 func TestConfigVanType(t *testing.T) {
 	mustConfig(t, base().with("DMLC_PS_VAN_TYPE", "zmq"))
-	if c := mustConfig(t, base().with("DMLC_PS_VAN_TYPE", "")); c.VanType != "zmq" {
-		t.Fatalf("default van type %q, want zmq", c.VanType)
+	if c := mustConfig(t, base().with("DMLC_PS_VAN_TYPE", "")); c.VanType != "zmtp" {
+		t.Fatalf("default van type %q, want zmtp", c.VanType)
 	}
 	if c := mustConfig(t, base().with("DMLC_PS_VAN_TYPE", "zmtp")); c.VanType != "zmtp" {
 		t.Fatalf("van type %q, want zmtp", c.VanType)
@@ -271,6 +271,10 @@ func TestConfigVanType(t *testing.T) {
 	keys, err := van.NewCurveKeys()
 	if err != nil {
 		t.Fatal(err)
+	}
+	// With CURVE keys and no van type, the job runs on libzmq.
+	if c := mustConfig(t, base().with("DMLC_PS_VAN_TYPE", "", "PS_CURVE_PUBLIC_KEY", keys.Public, "PS_CURVE_SECRET_KEY", keys.Secret)); c.VanType != "zmq" {
+		t.Fatalf("van type with CURVE keys %q, want zmq", c.VanType)
 	}
 	configErr(t, base().with("DMLC_PS_VAN_TYPE", "zmtp", "PS_CURVE_PUBLIC_KEY", keys.Public, "PS_CURVE_SECRET_KEY", keys.Secret), "DMLC_PS_VAN_TYPE", "CURVE")
 	for _, vt := range []string{"ibverbs", "fabric", "ZMQ"} {

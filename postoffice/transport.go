@@ -8,21 +8,21 @@ import (
 	"github.com/gopslite/pslite/van/zmtptransport"
 )
 
-// newTransport returns the transport cfg.VanType names: the ZeroMQ one by
-// default, or ZMTP spoken in Go (which needs no cgo).
+// newTransport returns the transport cfg.VanType names: ZMTP spoken in Go
+// (the default, which needs no cgo) or the ZeroMQ one through libzmq.
 func newTransport(cfg Config, log zerolog.Logger) (van.Transport, error) {
-	if cfg.VanType == "zmtp" {
-		return zmtptransport.New(zmtptransport.Options{
-			Local:           cfg.Local,
-			WaterMark:       cfg.WaterMark,
-			BindAll:         bindAll(cfg),
-			MaxMessageBytes: cfg.MaxMessageBytes,
-			LinkTimeout:     cfg.LinkTimeout,
-			PoisonLent:      cfg.PoisonLent,
-			Log:             log,
-		})
+	if cfg.VanType == "zmq" {
+		return zmqTransport(cfg, log)
 	}
-	return defaultTransport(cfg, log)
+	return zmtptransport.New(zmtptransport.Options{
+		Local:           cfg.Local,
+		WaterMark:       cfg.WaterMark,
+		BindAll:         bindAll(cfg),
+		MaxMessageBytes: cfg.MaxMessageBytes,
+		LinkTimeout:     cfg.LinkTimeout,
+		PoisonLent:      cfg.PoisonLent,
+		Log:             log,
+	})
 }
 
 // bindAll reports whether the node binds every address rather than its

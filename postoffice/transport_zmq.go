@@ -9,8 +9,8 @@ import (
 	"github.com/gopslite/pslite/van/zmqtransport"
 )
 
-// defaultTransport returns the ZeroMQ transport cfg asks for.
-func defaultTransport(cfg Config, log zerolog.Logger) (van.Transport, error) {
+// zmqTransport returns the ZeroMQ transport (libzmq) cfg asks for.
+func zmqTransport(cfg Config, log zerolog.Logger) (van.Transport, error) {
 	return zmqtransport.New(zmqtransport.Options{
 		Local:     cfg.Local,
 		WaterMark: cfg.WaterMark,

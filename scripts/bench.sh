@@ -17,8 +17,10 @@
 #     (../include), or given as PSLITE_CPP_INCLUDE.
 # PSLITE_CPP_INCLUDE and PSLITE_CPP_LIB override the header directory and
 # the library. BENCH_ROUNDS sets the rounds (default 3 with C++, else 1).
-# DMLC_PS_VAN_TYPE=zmtp runs our nodes on the ZMTP transport (C++ ps-lite's
-# nodes keep libzmq): make bench-zmtp writes docs/PERFORMANCE-ZMTP.md so.
+# Our nodes run on the transport DMLC_PS_VAN_TYPE names, as they would in a
+# job: the ZMTP one when it is unset. DMLC_PS_VAN_TYPE=zmq runs them on
+# libzmq, as C++ ps-lite's nodes always are: make bench-zmq writes
+# docs/PERFORMANCE-ZMQ.md so.
 #
 #   usage: scripts/bench.sh [OUT]     (default OUT: docs/PERFORMANCE.md)
 set -euo pipefail
@@ -75,9 +77,9 @@ if [ -n "${PSLITE_CPP_BUILD:-}" ]; then
 fi
 rounds=${BENCH_ROUNDS:-$([ -n "$cpp" ] && echo 3 || echo 1)}
 
-# Our nodes use the transport DMLC_PS_VAN_TYPE names (zmq by default, or
-# zmtp); C++ ps-lite's know only zmq, so they run without it.
-van=${DMLC_PS_VAN_TYPE:-zmq}
+# Our nodes use the transport DMLC_PS_VAN_TYPE names (zmtp by default, or
+# zmq); C++ ps-lite's know only zmq, so they run without it.
+van=${DMLC_PS_VAN_TYPE:-zmtp}
 unset DMLC_PS_VAN_TYPE
 ours() { DMLC_PS_VAN_TYPE=$van "$@"; }
 

@@ -179,24 +179,24 @@ func TestInteropWithCpp(t *testing.T) {
 			t.Errorf("the C++ worker did not finish its pull:\n%s", out)
 		}
 	})
-	// The Go nodes on the ZMTP transport (libzmq is then on the C++ side
-	// only), with C++ and ZeroMQ-transport nodes.
-	z := zmtp
-	t.Run("zmtp scheduler and servers, C++ workers", func(t *testing.T) {
-		kvOK(t, mixedJob(t, z("test_kv_app"), []string{z("test_kv_app"), z("test_kv_app")},
+	// The Go nodes on the ZeroMQ transport (libzmq, as the C++ nodes), with
+	// C++ nodes and Go nodes on the default ZMTP transport.
+	q := onZMQ
+	t.Run("zmq scheduler and servers, C++ workers", func(t *testing.T) {
+		kvOK(t, mixedJob(t, q("test_kv_app"), []string{q("test_kv_app"), q("test_kv_app")},
 			[]string{c("test_kv_app"), c("test_kv_app")}, 2, false, "PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=5"), 2)
 	})
-	t.Run("C++ scheduler, zmtp, zmq and C++ servers and workers", func(t *testing.T) {
-		kvOK(t, mixedJob(t, c("test_kv_app"), []string{z("test_kv_app"), c("test_kv_app")},
-			[]string{g("test_kv_app"), z("test_kv_app")}, 2, false), 2)
+	t.Run("C++ scheduler, zmq, zmtp and C++ servers and workers", func(t *testing.T) {
+		kvOK(t, mixedJob(t, c("test_kv_app"), []string{q("test_kv_app"), c("test_kv_app")},
+			[]string{g("test_kv_app"), q("test_kv_app")}, 2, false), 2)
 	})
-	t.Run("large frames, C++ scheduler and servers, zmtp workers", func(t *testing.T) {
-		zw := z("test_kv_app") + " -keys=1000000 -repeat=3"
+	t.Run("large frames, C++ scheduler and servers, zmq workers", func(t *testing.T) {
+		qw := q("test_kv_app") + " -keys=1000000 -repeat=3"
 		kvOK(t, mixedJob(t, c("test_kv_app"), []string{c("test_kv_app"), c("test_kv_app")},
-			[]string{zw, zw}, 2, false), 2)
+			[]string{qw, qw}, 2, false), 2)
 	})
-	t.Run("large frames, zmtp scheduler and servers, C++ workers", func(t *testing.T) {
-		out := mixedJob(t, z("test_kv_app_benchmark"), []string{z("test_kv_app_benchmark")},
+	t.Run("large frames, zmq scheduler and servers, C++ workers", func(t *testing.T) {
+		out := mixedJob(t, q("test_kv_app_benchmark"), []string{q("test_kv_app_benchmark")},
 			[]string{c("test_kv_app_benchmark")}, 1, false)
 		if !strings.Contains(out, "Pull average time cost") {
 			t.Errorf("the C++ worker did not finish its pull:\n%s", out)

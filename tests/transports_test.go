@@ -7,36 +7,45 @@ import (
 	"time"
 )
 
-// zmtpEnv selects the transport that speaks ZMTP in Go.
-var zmtpEnv = []string{"DMLC_PS_VAN_TYPE=zmtp"}
+// The rest of the tests run on the default transport, ZMTP spoken in Go
+// (van/zmtptransport). The ones here run the main jobs and rows of the
+// failure model on the other, libzmq through pebbe/zmq4
+// (van/zmqtransport), and both transports in one job.
 
-// zmtp returns the command running program name on the ZMTP transport
+// zmqEnv selects the ZeroMQ transport (libzmq).
+var zmqEnv = []string{"DMLC_PS_VAN_TYPE=zmq"}
+
+// onZMQ returns the command running program name on the ZeroMQ transport
 // (for mixedJob, which otherwise gives every process the same
 // environment).
-func zmtp(name string) string { return "env DMLC_PS_VAN_TYPE=zmtp " + bin(name) }
+func onZMQ(name string) string { return "env DMLC_PS_VAN_TYPE=zmq " + bin(name) }
 
-// The ps-lite programs launched the usual way, every node on the ZMTP
+// The ps-lite programs launched the usual way, every node on the ZeroMQ
 // transport: TCP and Unix sockets, large frames, and lost messages resent.
-func TestZMTPPrograms(t *testing.T) {
+func TestZMQPrograms(t *testing.T) {
 	for _, c := range []struct {
+		van  []string
 		prog string
 		s, w int
 		env  []string
 		want string
 		args []string
 	}{
-		{"test_kv_app", 2, 2, nil, "error: 0, 0", nil},
-		{"test_kv_app", 2, 2, []string{"DMLC_LOCAL=1"}, "error: 0, 0", nil},
-		{"test_kv_app", 2, 2, []string{"PS_RESEND=1", "PS_DROP_MSG=10", "PS_RESEND_TIMEOUT=100", "PS_HEARTBEAT_INTERVAL=1"}, "error: 0, 0", nil},
-		// A PING every 83 ms among 300 rounds of pushes and pulls (a PING
-		// written alone once corrupted the next run of messages).
-		{"test_kv_app", 2, 2, []string{"PS_LINK_TIMEOUT=1"}, "error: 0, 0", []string{"-keys=20000", "-repeat=300"}},
-		{"test_simple_app", 2, 2, nil, "handled 100 requests", nil},
-		{"test_kv_app_benchmark", 1, 1, nil, "Pull average time cost", nil},
+		{zmqEnv, "test_kv_app", 2, 2, nil, "error: 0, 0", nil},
+		{zmqEnv, "test_kv_app", 2, 2, []string{"DMLC_LOCAL=1"}, "error: 0, 0", nil},
+		{zmqEnv, "test_kv_app", 2, 2, []string{"PS_RESEND=1", "PS_DROP_MSG=10", "PS_RESEND_TIMEOUT=100", "PS_HEARTBEAT_INTERVAL=1"}, "error: 0, 0", nil},
+		// A PING every 83 ms among 300 rounds of pushes and pulls, on both
+		// transports (on ZMTP a PING written alone once corrupted the next
+		// run of messages).
+		{zmqEnv, "test_kv_app", 2, 2, []string{"PS_LINK_TIMEOUT=1"}, "error: 0, 0", []string{"-keys=20000", "-repeat=300"}},
+		{nil, "test_kv_app", 2, 2, []string{"PS_LINK_TIMEOUT=1"}, "error: 0, 0", []string{"-keys=20000", "-repeat=300"}},
+		{zmqEnv, "test_simple_app", 2, 2, nil, "handled 100 requests", nil},
+		{zmqEnv, "test_kv_app_benchmark", 1, 1, nil, "Pull average time cost", nil},
 	} {
-		t.Run(fmt.Sprintf("%s/%dx%d %s", c.prog, c.s, c.w, strings.Join(c.env, " ")), func(t *testing.T) {
+		env := append(append([]string{}, c.van...), c.env...)
+		t.Run(fmt.Sprintf("%s/%dx%d %s", c.prog, c.s, c.w, strings.Join(env, " ")), func(t *testing.T) {
 			args := append([]string{fmt.Sprint(c.s), fmt.Sprint(c.w), bin(c.prog)}, c.args...)
-			out := launch(t, append(append([]string{}, zmtpEnv...), c.env...), "local.sh", args...)
+			out := launch(t, env, "local.sh", args...)
 			want := c.w
 			if c.prog == "test_kv_app_benchmark" {
 				want = 1
@@ -51,7 +60,7 @@ func TestZMTPPrograms(t *testing.T) {
 // Nodes on the ZMTP transport and on the ZeroMQ one (libzmq) in one job,
 // over TCP and over Unix sockets (libzmq's ipc://).
 func TestZMTPMixedWithZeroMQ(t *testing.T) {
-	g, z := bin, zmtp
+	z, g := bin, onZMQ
 	kv := "test_kv_app"
 	for _, c := range []struct {
 		name             string
@@ -72,12 +81,13 @@ func TestZMTPMixedWithZeroMQ(t *testing.T) {
 	}
 }
 
-// Rows of the failure model on the ZMTP transport: a worker killed, a
+// Rows of the failure model on the ZeroMQ transport: a worker killed, a
 // server killed (requests resent, then failed), a worker stopped and a
-// link cut with only the link timeout to notice them, a frozen worker
-// replaced (its replacement's connections take over its identity).
-func TestZMTPFaults(t *testing.T) {
-	env := append(append([]string{}, zmtpEnv...), heartbeatEnv...)
+// link cut with only the link timeout (libzmq's heartbeats) to notice
+// them, a frozen worker replaced (its replacement's connections take over
+// its identity, ZMQ_ROUTER_HANDOVER).
+func TestZMQFaults(t *testing.T) {
+	env := append(append([]string{}, zmqEnv...), heartbeatEnv...)
 	t.Run("worker killed", func(t *testing.T) {
 		r := startRow(t, false, 2, 2, rowRounds, env)
 		r.killForGood(t, r.j.workers[1])
@@ -88,7 +98,7 @@ func TestZMTPFaults(t *testing.T) {
 	})
 	// Heartbeats off: the transport's own PINGs find a stopped process
 	// (its kernel still acknowledges TCP) and a link cut for good.
-	linkEnv := append(append([]string{}, zmtpEnv...), "PS_LINK_TIMEOUT=5")
+	linkEnv := append(append([]string{}, zmqEnv...), "PS_LINK_TIMEOUT=5")
 	t.Run("worker stopped, link timeout only", func(t *testing.T) {
 		r := startRow(t, false, 2, 2, rowRounds, linkEnv)
 		victim := r.j.workers[1]

@@ -12,8 +12,8 @@
 // out what it returns. Its sockets sit behind the Transport interface: the
 // zmqtransport package is ZeroMQ ROUTER/DEALER as in C++ ps-lite (and the
 // only part of the module that needs cgo), zmtptransport the same pattern
-// speaking ZeroMQ's wire protocol in Go (DMLC_PS_VAN_TYPE=zmtp), and
-// MemNetwork runs whole
+// speaking ZeroMQ's wire protocol in Go (the default; DMLC_PS_VAN_TYPE=zmq
+// selects zmqtransport), and MemNetwork runs whole
 // clusters in one process for tests, with faults injected (drops, delays,
 // cut links, stopped and killed nodes) and, with a FakeClock, time that
 // moves only when the test says so.

@@ -74,7 +74,7 @@ const (
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "report" {
 		fs := flag.NewFlagSet("report", flag.ExitOnError)
-		fs.StringVar(&reportVan, "van", "zmq", "the transport our nodes used (DMLC_PS_VAN_TYPE), named in the report")
+		fs.StringVar(&reportVan, "van", "zmtp", "the transport our nodes used (DMLC_PS_VAN_TYPE), named in the report")
 		fs.Parse(os.Args[2:])
 		if err := report(os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "psbench report:", err)

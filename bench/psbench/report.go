@@ -13,20 +13,20 @@ import (
 )
 
 // reportVan is the transport our nodes used (report's -van).
-var reportVan = "zmq"
+var reportVan = "zmtp"
 
 // vanSentence says which transport our nodes used.
 func vanSentence(van string) string {
 	if van == "zmtp" {
-		return "Our nodes used the ZMTP transport (`DMLC_PS_VAN_TYPE=zmtp`, van/zmtptransport: ZeroMQ's wire protocol spoken in Go, no libzmq); C++ ps-lite's nodes use libzmq."
+		return "Our nodes used the ZMTP transport (the default, `DMLC_PS_VAN_TYPE=zmtp`, van/zmtptransport: ZeroMQ's wire protocol spoken in Go, no libzmq); C++ ps-lite's nodes use libzmq."
 	}
 	return fmt.Sprintf("Our nodes used the ZeroMQ transport (`DMLC_PS_VAN_TYPE=%s`, libzmq through pebbe/zmq4), as C++ ps-lite's do.", van)
 }
 
 // benchCommand is the make target that writes the report for van.
 func benchCommand(van string) string {
-	if van == "zmtp" {
-		return "make bench-zmtp"
+	if van == "zmq" {
+		return "make bench-zmq"
 	}
 	return "make bench"
 }
@@ -88,7 +88,7 @@ func report(r io.Reader, w io.Writer) error {
 	if len(kvBench) > 0 {
 		writeKVBench(w, kvBench)
 	}
-	fmt.Fprintf(w, "\n## Reproduce\n\n`make bench` runs the Go micro-benchmarks and `scripts/bench.sh`, which launches `build/psbench` through `scripts/local.sh` for each layout and size and pipes the `RESULT` lines into `build/psbench report`. With `PSLITE_CPP_BUILD` naming a C++ ps-lite build (a checkout built with its Makefile, or a CMake build directory; see the script), it builds bench/cpp/psbench.cc into `build/cpp-psbench`, runs it alternately with ours for three rounds, and runs C++ ps-lite's `test_kv_app_benchmark` next to ours and a C++ worker against our scheduler and server. One measurement: `scripts/local.sh 1 1 build/psbench -mode=latency` (modes: bulk, latency, window, memory; `-ops`, `-n`, `-repeat`, `-iters`, `-window`, `-requests`; `build/cpp-psbench` takes the same); `PS_CPUPROFILE=prefix` writes a CPU profile per process.\n")
+	fmt.Fprintf(w, "\n## Reproduce\n\n`make bench` runs the Go micro-benchmarks and `scripts/bench.sh`, which launches `build/psbench` through `scripts/local.sh` for each layout and size and pipes the `RESULT` lines into `build/psbench report`. With `PSLITE_CPP_BUILD` naming a C++ ps-lite build (a checkout built with its Makefile, or a CMake build directory; see the script), it builds bench/cpp/psbench.cc into `build/cpp-psbench`, runs it alternately with ours for three rounds, and runs C++ ps-lite's `test_kv_app_benchmark` next to ours and a C++ worker against our scheduler and server. One measurement: `scripts/local.sh 1 1 build/psbench -mode=latency` (modes: bulk, latency, window, memory; `-ops`, `-n`, `-repeat`, `-iters`, `-window`, `-requests`; `build/cpp-psbench` takes the same); `PS_CPUPROFILE=prefix` writes a CPU profile per process, `PS_TRACE=prefix` an execution trace.\n")
 	return nil
 }
 

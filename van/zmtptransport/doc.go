@@ -4,7 +4,8 @@
 // ROUTER), and connects to each peer as a DEALER identified as "ps<id>".
 // On the wire it is what libzmq's ROUTER and DEALER sockets are, so its
 // nodes mix with nodes on the ZeroMQ transport (zmqtransport) and with C++
-// ps-lite in one job. A node uses it with DMLC_PS_VAN_TYPE=zmtp.
+// ps-lite in one job. A node uses it by default (DMLC_PS_VAN_TYPE unset or
+// zmtp); DMLC_PS_VAN_TYPE=zmq selects libzmq instead.
 //
 // What it buys: libzmq moves every message through an I/O thread of its
 // own, so a message crosses two threads on each side on its way; here the
