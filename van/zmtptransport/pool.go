@@ -9,8 +9,9 @@ const lendMin = 512 << 10
 
 // bufPool keeps the buffers of large received frames once their handlers
 // are done with them, for the next ones: a fresh buffer costs a page fault
-// per 4 KiB, more than receiving the bytes into it. It keeps at most
-// poolBuffers buffers and poolBytes bytes.
+// per 4 KiB, more than receiving the bytes into it (a new one asks for huge
+// pages, see adviseHuge). It keeps at most poolBuffers buffers and
+// poolBytes bytes.
 type bufPool struct {
 	mu    sync.Mutex
 	free  [][]byte
@@ -43,7 +44,9 @@ func (p *bufPool) get(n int) []byte {
 		return b[:n]
 	}
 	p.mu.Unlock()
-	return make([]byte, n)
+	b := make([]byte, n)
+	adviseHuge(b)
+	return b
 }
 
 // put keeps b for a later get, if there is room; poison overwrites it

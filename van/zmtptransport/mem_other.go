@@ -1,0 +1,6 @@
+//go:build !linux
+
+package zmtptransport
+
+// adviseHuge does nothing off Linux.
+func adviseHuge([]byte) {}
