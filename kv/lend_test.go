@@ -11,7 +11,7 @@ import (
 	"github.com/gopslite/pslite/postoffice"
 )
 
-// TestLentRequests runs servers with LendRequests over ZeroMQ, with given
+// TestLentRequests runs servers with LendRequests over real sockets, with given
 // back memory poisoned (PS_POISON_LENT), requests large enough to be lent
 // (800 KB of keys and of values per server), with and without resending:
 //   - the handle sees the pushed keys and values;
@@ -30,7 +30,7 @@ func TestLentRequests(t *testing.T) {
 				cfg.Resend = resend
 			}})
 			if c.Network != nil {
-				t.Skip("needs the ZeroMQ transport (cgo)")
+				t.Skip("needs a real transport (cgo build)")
 			}
 			val := func(k uint64) float64 { return float64(k%1000003) + 0.5 }
 			var mu sync.Mutex

@@ -2,6 +2,7 @@
 
 package testcluster
 
-// realTransport says that nodes can run over ZeroMQ: not without cgo, so
-// every cluster runs over the in-memory network.
+// realTransport says that nodes can run over real sockets: in a build
+// without cgo (which `make nocgo` tests over the in-memory network), every
+// cluster runs over the in-memory network.
 const realTransport = false

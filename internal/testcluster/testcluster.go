@@ -1,6 +1,7 @@
 // Package testcluster starts whole ps-lite jobs inside one test process:
 // a scheduler, servers and workers, each a postoffice.Postoffice, over
-// in-memory transports or real ZeroMQ sockets on loopback. Over the
+// in-memory transports or real sockets on loopback (the transport the
+// configuration names: ZMTP by default). Over the
 // in-memory network, faults can be injected (van.MemNetwork) and the
 // protocol's time can be a van.FakeClock.
 package testcluster
@@ -29,7 +30,7 @@ type Cluster struct {
 	Scheduler *postoffice.Postoffice
 	Servers   []*postoffice.Postoffice
 	Workers   []*postoffice.Postoffice
-	// Network is the in-memory network the job runs on; nil over ZeroMQ.
+	// Network is the in-memory network the job runs on; nil over real sockets.
 	Network *van.MemNetwork
 
 	t                testing.TB
@@ -47,7 +48,7 @@ func (c *Cluster) All() []*postoffice.Postoffice {
 
 // Options configures New.
 type Options struct {
-	// Mem runs the job over an in-memory network instead of ZeroMQ (as
+	// Mem runs the job over an in-memory network instead of sockets (as
 	// every job does in a build without cgo).
 	Mem bool
 	// Network, if set, is the in-memory network to run on (it implies
