@@ -98,8 +98,8 @@ type Config struct {
 	// VanType is DMLC_PS_VAN_TYPE: "zmtp" (ZeroMQ's wire protocol spoken
 	// in Go, see van/zmtptransport; no CURVE) or "zmq" (ZeroMQ through
 	// libzmq and pebbe/zmq4). Unset, it is "zmtp", or "zmq" when CURVE
-	// keys are set. Both mix with each other and with C++ ps-lite's zmq
-	// van in one job.
+	// keys are set (so is an empty VanType of a Config made in code). Both
+	// mix with each other and with C++ ps-lite's zmq van in one job.
 	VanType string
 }
 

@@ -1,6 +1,8 @@
 package postoffice
 
 import (
+	"fmt"
+
 	"github.com/rs/zerolog"
 
 	"github.com/gopslite/pslite/message"
@@ -9,10 +11,16 @@ import (
 )
 
 // newTransport returns the transport cfg.VanType names: ZMTP spoken in Go
-// (the default, which needs no cgo) or the ZeroMQ one through libzmq.
+// (the default, which needs no cgo) or the ZeroMQ one through libzmq, which
+// is also what an empty VanType with CURVE keys gets.
 func newTransport(cfg Config, log zerolog.Logger) (van.Transport, error) {
-	if cfg.VanType == "zmq" {
+	switch {
+	case cfg.VanType == "zmq", cfg.VanType == "" && cfg.Curve != nil:
 		return zmqTransport(cfg, log)
+	case cfg.VanType != "" && cfg.VanType != "zmtp":
+		return nil, fmt.Errorf("%w: van type %q is not supported (zmq or zmtp)", ErrConfig, cfg.VanType)
+	case cfg.Curve != nil:
+		return nil, fmt.Errorf("%w: the zmtp van has no CURVE: leave the van type empty or zmq", ErrConfig)
 	}
 	return zmtptransport.New(zmtptransport.Options{
 		Local:           cfg.Local,
