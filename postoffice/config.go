@@ -187,24 +187,11 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 			c.Curve = &keys
 		}
 	}
-	switch vt := get("DMLC_PS_VAN_TYPE"); vt {
-	case "":
-		// ZMTP spoken in Go is the faster transport (docs/PERFORMANCE.md);
-		// CURVE needs libzmq, so a job with keys runs on it.
-		c.VanType = "zmtp"
-		if c.Curve != nil {
-			c.VanType = "zmq"
-		}
-	case "zmq":
-		c.VanType = vt
-	case "zmtp":
-		c.VanType = vt
-		if c.Curve != nil {
-			errs = append(errs, "DMLC_PS_VAN_TYPE=zmtp has no CURVE: unset PS_CURVE_PUBLIC_KEY/PS_CURVE_SECRET_KEY or use DMLC_PS_VAN_TYPE=zmq")
-		}
-	default:
-		errs = append(errs, fmt.Sprintf("DMLC_PS_VAN_TYPE=%q is not supported (zmq or zmtp)", vt))
+	vt, err := resolveVanType(get("DMLC_PS_VAN_TYPE"), c.Curve != nil)
+	if err != nil {
+		errs = append(errs, err.Error())
 	}
+	c.VanType = vt
 	if len(errs) == 0 && c.Role != message.RoleScheduler {
 		host, err := nodeHost(get("DMLC_NODE_HOST"), get("DMLC_INTERFACE"), c.SchedulerHost, c.SchedulerPort)
 		if err != nil {
@@ -309,4 +296,26 @@ func isLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// resolveVanType returns the transport van type vt names, given whether
+// CURVE keys are set. Empty, it is "zmtp" (ZMTP spoken in Go, the faster
+// transport: docs/PERFORMANCE.md), or "zmq" with keys, since CURVE needs
+// libzmq.
+func resolveVanType(vt string, curve bool) (string, error) {
+	switch vt {
+	case "":
+		if curve {
+			return "zmq", nil
+		}
+		return "zmtp", nil
+	case "zmq":
+		return vt, nil
+	case "zmtp":
+		if curve {
+			return vt, errors.New("DMLC_PS_VAN_TYPE=zmtp has no CURVE: unset PS_CURVE_PUBLIC_KEY/PS_CURVE_SECRET_KEY or use DMLC_PS_VAN_TYPE=zmq")
+		}
+		return vt, nil
+	}
+	return vt, fmt.Errorf("DMLC_PS_VAN_TYPE=%q is not supported (zmq or zmtp)", vt)
 }

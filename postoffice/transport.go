@@ -10,17 +10,17 @@ import (
 	"github.com/gopslite/pslite/van/zmtptransport"
 )
 
-// newTransport returns the transport cfg.VanType names: ZMTP spoken in Go
-// (the default, which needs no cgo) or the ZeroMQ one through libzmq, which
-// is also what an empty VanType with CURVE keys gets.
+// newTransport returns the transport cfg names (resolveVanType): ZMTP
+// spoken in Go (the default, which needs no cgo) or the ZeroMQ one through
+// libzmq, which is also what an empty VanType with CURVE keys gets, for a
+// Config made in code as for one from the environment.
 func newTransport(cfg Config, log zerolog.Logger) (van.Transport, error) {
-	switch {
-	case cfg.VanType == "zmq", cfg.VanType == "" && cfg.Curve != nil:
+	vt, err := resolveVanType(cfg.VanType, cfg.Curve != nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	if vt == "zmq" {
 		return zmqTransport(cfg, log)
-	case cfg.VanType != "" && cfg.VanType != "zmtp":
-		return nil, fmt.Errorf("%w: van type %q is not supported (zmq or zmtp)", ErrConfig, cfg.VanType)
-	case cfg.Curve != nil:
-		return nil, fmt.Errorf("%w: the zmtp van has no CURVE: leave the van type empty or zmq", ErrConfig)
 	}
 	return zmtptransport.New(zmtptransport.Options{
 		Local:           cfg.Local,
