@@ -416,7 +416,7 @@ func (w *KVWorker[V]) process(msg *message.Message) {
 		n := len(kvs.Keys)
 		part = pullPart[V]{first: kvs.Keys[0], last: kvs.Keys[n-1], keys: n,
 			vals: kvs.Vals, lens: kvs.Lens, lent: msg.IsLent(1)}
-		if !w.lastAnswer(ts, rank) {
+		if (msg.IsLent(1) || msg.IsLent(2)) && !w.lastAnswer(ts, rank) {
 			// It must outlive its message, which is given back on return.
 			part.vals, part.lens, part.lent = ownSlice(kvs.Vals, msg.IsLent(1)), ownSlice(kvs.Lens, msg.IsLent(2)), false
 		}
