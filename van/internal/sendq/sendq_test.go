@@ -27,46 +27,37 @@ func TestRoom(t *testing.T) {
 	}
 	mu.Unlock()
 
-	done := make(chan error)
-	go func() {
-		mu.Lock()
-		defer mu.Unlock()
-		done <- r.Wait(context.Background(), &mu, full)
-	}()
-	for { // until the sender waits
-		mu.Lock()
-		w := r.waiters
-		if w == 1 {
-			n = 1
-			r.Freed()
-			r.Freed() // again, before the waiter has run
+	// waitThen starts a sender that waits for room, runs f under mu once
+	// it waits, and returns the sender's error.
+	waitThen := func(f func()) error {
+		done := make(chan error)
+		go func() {
+			mu.Lock()
+			defer mu.Unlock()
+			done <- r.Wait(context.Background(), &mu, full)
+		}()
+		for { // until the sender waits
+			mu.Lock()
+			if r.waiters == 1 {
+				f()
+				mu.Unlock()
+				break
+			}
 			mu.Unlock()
-			break
+			runtime.Gosched()
 		}
-		mu.Unlock()
-		runtime.Gosched()
+		return <-done
 	}
-	if err := <-done; err != nil {
+	if err := waitThen(func() {
+		n = 1
+		r.Freed()
+		r.Freed() // again, before the waiter has run
+	}); err != nil {
 		t.Fatalf("Wait after Freed: %v", err)
 	}
 
 	n = 2
-	go func() {
-		mu.Lock()
-		defer mu.Unlock()
-		done <- r.Wait(context.Background(), &mu, full)
-	}()
-	for {
-		mu.Lock()
-		if r.waiters == 1 {
-			r.Close()
-			mu.Unlock()
-			break
-		}
-		mu.Unlock()
-		runtime.Gosched()
-	}
-	if err := <-done; err != nil {
+	if err := waitThen(r.Close); err != nil {
 		t.Fatalf("Wait after Close: %v", err)
 	}
 	mu.Lock()
