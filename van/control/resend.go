@@ -87,9 +87,9 @@ type ResendConfig struct {
 // its line (everything ahead was acknowledged, or found to have arrived
 // because something sent after it was), or when a later message's ACK
 // shows that it arrived without its own ACK. It is then resent after the
-// timeout, doubled at each resend up to maxBackoff timeouts, plus twice
-// the time its bytes take at the line's measured rate (assumedRate until
-// measured). So a message still queued behind others, or behind its own
+// timeout, doubled at each resend up to maxBackoff timeouts, plus
+// allowFactor times the time its bytes take at the line's measured rate
+// (assumedRate until measured). So a message still queued behind others, or behind its own
 // earlier transmission, is never resent, and a large message on a slow
 // link is given the time to arrive. A resend goes to the back of the
 // line, and the message it repeats leaves the head, so the messages behind
@@ -237,13 +237,24 @@ func (l *line) arrived(tx *transmission, now time.Time) {
 	}
 }
 
-// allowance is the time size bytes take on the line, twice over.
+// allowFactor is how many times over a large message is given the time its
+// bytes take at the line's measured rate. On a lossy link TCP's
+// retransmissions make one transfer take twice as long as the one before:
+// at 5 ms and 10% loss, twice over still let a 40 MB request be resent
+// while it was arriving, in one job of three (each such resend repeats
+// tens of megabytes). Waiting longer costs little: on a live connection
+// only the receiver can lose a message, and a connection that drops hands
+// its messages back at once (Connection).
+const allowFactor = 4
+
+// allowance is the time size bytes take on the line, allowFactor times
+// over.
 func (l *line) allowance(size int) time.Duration {
 	rate := l.rate
 	if rate <= 0 {
 		rate = assumedRate
 	}
-	return time.Duration(2 * float64(size) / rate * float64(time.Second))
+	return time.Duration(allowFactor * float64(size) / rate * float64(time.Second))
 }
 
 // awaitsResponse reports whether a message is a data request, kept after

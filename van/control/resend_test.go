@@ -188,7 +188,7 @@ func TestResenderGivesUpInTime(t *testing.T) {
 func TestResenderWaitsForWhatIsAhead(t *testing.T) {
 	r := NewResender(ResendConfig{Timeout: time.Second})
 	t0 := time.Unix(100, 0)
-	const big = 4 << 20 // 4 s at the assumed 1 MiB/s: 8 s allowed, plus the timeout
+	const big = 4 << 20 // 4 s at the assumed 1 MiB/s: 16 s allowed, plus the timeout
 	r.Outgoing(req(1, big), 9, t0)
 	r.Outgoing(req(2, 0), 9, t0)
 	for s := 1; s <= 8; s++ {
@@ -283,7 +283,7 @@ func TestResenderForgetSender(t *testing.T) {
 func TestResenderResendsWhatABrokenConnectionCarried(t *testing.T) {
 	r := NewResender(ResendConfig{Timeout: time.Second})
 	t0 := time.Unix(100, 0)
-	r.Outgoing(req(1, 64<<20), 9, t0) // 128 s allowed on a live connection
+	r.Outgoing(req(1, 64<<20), 9, t0) // 256 s allowed on a live connection
 	r.Outgoing(req(2, 0), 9, t0)
 	r.Connection(8, false, t0.Add(2*time.Second))
 	r.Outgoing(req(3, 0), 9, t0.Add(3*time.Second)) // queued while down
@@ -298,7 +298,7 @@ func TestResenderResendsWhatABrokenConnectionCarried(t *testing.T) {
 	if !slices.Equal(rs, []int32{1, 2}) {
 		t.Errorf("resent %v, want [1 2]", rs)
 	}
-	// Without the drop, the large message would have waited its 128 s.
+	// Without the drop, the large message would have waited its 256 s.
 	r = NewResender(ResendConfig{Timeout: time.Second})
 	r.Outgoing(req(1, 64<<20), 9, t0)
 	if rs, _ := step(r, t0.Add(100*time.Second)); len(rs) != 0 {
