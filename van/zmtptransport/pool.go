@@ -12,15 +12,24 @@ const lendMin = 512 << 10
 // per 4 KiB, more than receiving the bytes into it (a new one asks for huge
 // pages, see adviseHuge). It keeps at most poolBuffers buffers and
 // poolBytes bytes.
+//
+// Poisoned buffers (Options.PoisonLent) are never reused: they wait in a
+// quarantine of at most quarantineBytes, oldest leaving first, so that a
+// view kept past its release keeps reading 0xDB bytes instead of the next
+// message received into the same memory.
 type bufPool struct {
-	mu    sync.Mutex
-	free  [][]byte
-	bytes int
+	mu            sync.Mutex
+	free          [][]byte
+	bytes         int
+	quarantine    [][]byte
+	quarantined   int // bytes in quarantine
+	quarantineMax int // 0 means quarantineBytes (tests set less)
 }
 
 const (
-	poolBuffers = 8
-	poolBytes   = 1 << 30
+	poolBuffers     = 8
+	poolBytes       = 1 << 30
+	quarantineBytes = 256 << 20
 )
 
 // get returns a buffer of n bytes: a kept one at most twice as large as
@@ -50,13 +59,27 @@ func (p *bufPool) get(n int) []byte {
 }
 
 // put keeps b for a later get, if there is room; poison overwrites it
-// first (Options.PoisonLent).
+// and quarantines it instead (Options.PoisonLent).
 func (p *bufPool) put(b []byte, poison bool) {
 	if poison {
 		b = b[:cap(b)]
 		for i := range b {
 			b[i] = 0xDB
 		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.quarantine = append(p.quarantine, b)
+		p.quarantined += len(b)
+		limit := p.quarantineMax
+		if limit == 0 {
+			limit = quarantineBytes
+		}
+		for p.quarantined > limit && len(p.quarantine) > 1 {
+			p.quarantined -= len(p.quarantine[0])
+			p.quarantine[0] = nil
+			p.quarantine = p.quarantine[1:]
+		}
+		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
