@@ -681,10 +681,11 @@ func (t *Transport) setLinkTimeout(sock *zmq.Socket) error {
 		return nil
 	}
 	secs := max(int(d/time.Second), 12)
+	ivl, timeout, ttl := heartbeats(d)
 	err := errors.Join(
-		sock.SetHeartbeatIvl(max(d/12, time.Second)),
-		sock.SetHeartbeatTimeout(d),
-		sock.SetHeartbeatTtl(d),
+		sock.SetHeartbeatIvl(ivl),
+		sock.SetHeartbeatTimeout(timeout),
+		sock.SetHeartbeatTtl(ttl),
 		sock.SetTcpKeepalive(1),
 		sock.SetTcpKeepaliveIdle(secs/2),
 		sock.SetTcpKeepaliveIntvl(secs/12),
@@ -695,6 +696,18 @@ func (t *Transport) setLinkTimeout(sock *zmq.Socket) error {
 		return fmt.Errorf("van: link timeout options: %w", err)
 	}
 	return nil
+}
+
+// heartbeats returns the ZMTP heartbeat options for a link timeout d: a
+// PING every twelfth of it, and the connection dropped after d without an
+// answer (timeout) or without a message from the peer (TTL, which the PING
+// asks the peer to apply). The interval must stay well below the TTL:
+// libzmq re-arms a connection's TTL timer at each PING it receives and
+// cancels it at any message, so with PINGs no more often than the TTL and
+// nothing else to send, timer drift drops the connection whenever no PONG
+// falls in between (every few seconds with both at 1 s).
+func heartbeats(d time.Duration) (ivl, timeout, ttl time.Duration) {
+	return max(d/12, time.Millisecond), d, d
 }
 
 // SetHandover implements van.Handover.
