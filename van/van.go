@@ -61,7 +61,7 @@ type Config struct {
 	// node counts as dead (0: control.DefaultConnGrace).
 	ConnGrace time.Duration
 	// DropRate is the percentage of received messages dropped once the node
-	// is ready (PS_DROP_MSG, for tests).
+	// is ready (PS_DROP_MSG, for tests). A positive rate turns Resend on.
 	DropRate int
 	// SetRankEnv sets DMLC_RANK in the process environment once the node
 	// knows its rank, as C++ ps-lite does.
@@ -204,6 +204,12 @@ func New(cfg Config, tr Transport, h Handler, log zerolog.Logger) (*Van, error) 
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = SystemClock()
+	}
+	if cfg.DropRate > 0 && !cfg.Resend {
+		// Nothing else recovers a dropped message: its request would wait
+		// for ever.
+		cfg.Resend = true
+		log.Warn().Int("percent", cfg.DropRate).Msg("PS_DROP_MSG drops received messages, which only resending recovers: resending (PS_RESEND) is on")
 	}
 	host, port := cfg.Host, cfg.Port
 	if cfg.Role == message.RoleScheduler {
@@ -465,7 +471,9 @@ func closed(ch <-chan struct{}) bool {
 }
 
 // SetDropRate changes the percentage of received messages dropped once the
-// node is ready (PS_DROP_MSG), for tests.
+// node is ready (PS_DROP_MSG), for tests. Unlike Config.DropRate it does not
+// turn resending on: without it, a dropped request or answer is never
+// recovered.
 func (v *Van) SetDropRate(percent int) { v.dropRate.Store(int32(min(max(percent, 0), 100))) }
 
 // Stats returns the bytes sent and received so far.
