@@ -326,6 +326,45 @@ func TestFaultShortFaultsComplete(t *testing.T) {
 	}
 }
 
+// Row: a worker's connection to a server reset under it (ss -K, as a
+// middlebox would, or a link down just longer than PS_LINK_TIMEOUT): the
+// transport has it back within 100 ms, but what was in flight on it is
+// lost. Without PS_RESEND the worker stops the job naming the server, and
+// every process exits non-zero at once; with it the job completes, every
+// round counted once.
+// On both transports.
+func TestFaultConnectionBlip(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		van    []string
+		resend bool
+	}{{"zmtp", nil, false}, {"zmtp", nil, true}, {"zmq", zmqEnv, false}, {"zmq", zmqEnv, true}} {
+		resend := c.resend
+		t.Run(fmt.Sprintf("%s resend=%v", c.name, resend), func(t *testing.T) {
+			env := append(append([]string{}, c.van...), heartbeatEnv...)
+			if resend {
+				env = append(env, "PS_RESEND=1")
+			}
+			const rounds = 60
+			r := startRow(t, false, 1, 1, rounds, env)
+			ref := time.Now()
+			r.h.resetConnection(t, r.j.workers[0], r.j.servers[0])
+			if !resend {
+				rs := r.h.wait(t, ref, modelBound+10*time.Second)
+				t.Logf("reset the connection of %s to %s:%s", r.j.workers[0].name, r.j.servers[0].name, summary(rs))
+				expectFailed(t, rs, modelBound, "server 0 (node 8)")
+				return
+			}
+			rs := r.h.wait(t, ref, 60*time.Second)
+			t.Logf("reset the connection of %s to %s:%s", r.j.workers[0].name, r.j.servers[0].name, summary(rs))
+			expectCompleted(t, rs)
+			if c := counts(r.h.output()); len(c) != 1 || len(c[0]) != 1 || c[0][0] != rounds {
+				t.Errorf("counts %v, want %d", c, rounds)
+			}
+		})
+	}
+}
+
 func linkDown(t *testing.T, r *row, p *proc) { r.h.linkDown(t, p.host) }
 func linkUp(t *testing.T, r *row, p *proc)   { r.h.linkUp(t, p.host) }
 func stop(t *testing.T, r *row, p *proc) {

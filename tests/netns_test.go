@@ -310,6 +310,56 @@ func (h *hosts) inHost(i int, name string, args ...string) (string, error) {
 	return h.script(append([]string{"exec", strconv.Itoa(i), name}, args...)...)
 }
 
+// inHostOrHere is inHost, or the command run here when the hosts are this
+// machine's loopback.
+func (h *hosts) inHostOrHere(i int, name string, args ...string) (string, error) {
+	if h.loopback {
+		out, err := exec.Command(name, args...).CombinedOutput()
+		return string(out), err
+	}
+	return h.inHost(i, name, args...)
+}
+
+// resetConnection destroys (ss -K) the TCP connection from's process made
+// to the port to's process listens on, in from's host, and fails the test
+// if there is none or the kernel cannot destroy sockets.
+func (h *hosts) resetConnection(t *testing.T, from, to *proc) {
+	t.Helper()
+	owned := func(line string, p *proc) bool {
+		return strings.Contains(line, fmt.Sprintf("pid=%d,", p.cmd.Process.Pid))
+	}
+	listening, err := h.inHostOrHere(to.host, "ss", "-tlnpH")
+	if err != nil {
+		t.Fatalf("ss -tlnp in host %d: %v\n%s", to.host, err, listening)
+	}
+	port := ""
+	for _, line := range strings.Split(listening, "\n") {
+		if f := strings.Fields(line); owned(line, to) && len(f) >= 4 {
+			port = f[3][strings.LastIndexByte(f[3], ':')+1:]
+		}
+	}
+	if port == "" {
+		t.Fatalf("%s listens on no port:\n%s", to.name, listening)
+	}
+	conns, err := h.inHostOrHere(from.host, "ss", "-tnpH", "state", "established", "dport", "=", ":"+port)
+	if err != nil {
+		t.Fatalf("ss -tnp in host %d: %v\n%s", from.host, err, conns)
+	}
+	sport := ""
+	for _, line := range strings.Split(conns, "\n") {
+		if f := strings.Fields(line); owned(line, from) && len(f) >= 3 {
+			sport = f[2][strings.LastIndexByte(f[2], ':')+1:]
+		}
+	}
+	if sport == "" {
+		t.Fatalf("%s has no connection to port %s of %s:\n%s", from.name, port, to.name, conns)
+	}
+	out, err := h.inHostOrHere(from.host, "ss", "-K", "state", "established", "sport", "=", ":"+sport, "dport", "=", ":"+port)
+	if err != nil || !strings.Contains(out, ":"+sport) {
+		t.Fatalf("ss -K did not destroy the connection from port %s to %s (a kernel without CONFIG_INET_DIAG_DESTROY?): %v\n%s", sport, port, err, out)
+	}
+}
+
 // proc is one node process running in a host.
 type proc struct {
 	name  string // role, ordinal among its role and host: "server1@h2"

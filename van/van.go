@@ -244,6 +244,7 @@ func New(cfg Config, tr Transport, h Handler, log zerolog.Logger) (*Van, error) 
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		HeartbeatTimeout:  cfg.HeartbeatTimeout,
 		ConnEvents:        connEvents,
+		Resend:            cfg.Resend,
 		ConnGrace:         cfg.ConnGrace,
 		RecoveryWait:      cfg.RecoveryWait,
 		NextTimestamp:     v.NextTimestamp,

@@ -45,6 +45,11 @@ type Config struct {
 	// the peer counts as dead (default DefaultConnGrace): a live peer's
 	// connection comes back sooner.
 	ConnGrace time.Duration
+	// Resend says that lost messages are resent (PS_RESEND). Without it, a
+	// connection to a live peer that drops and comes back within ConnGrace
+	// fails the job: what was in flight on it may be lost for good, and a
+	// request or barrier waiting for it would wait for ever.
+	Resend bool
 	// ConnectTimeout is how long a new connection may take to come up
 	// (default DefaultConnectTimeout).
 	ConnectTimeout time.Duration

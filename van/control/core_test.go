@@ -534,9 +534,9 @@ func TestFailureSpreadsWithItsCause(t *testing.T) {
 }
 
 // A connection that closes stays a while before the peer counts as gone:
-// a blip is no fault.
+// with resending on, a blip is no fault.
 func TestPeerDownAfterGrace(t *testing.T) {
-	s := newSim(t, 1, 1, nil)
+	s := newSim(t, 1, 1, func(c *Config) { c.Resend = true })
 	s.startAll()
 	w := s.node("worker0")
 	s.apply(w, w.core.Connection(8, false, s.now))
@@ -554,6 +554,63 @@ func TestPeerDownAfterGrace(t *testing.T) {
 	s.apply(w, w.core.Connection(8, true, s.now))
 	if w.has(EventPeerUp) == nil {
 		t.Error("no peer-up after the connection came back")
+	}
+}
+
+// Without resending, a connection to a live peer that drops and comes back
+// within the grace fails the job, naming the peer: what was in flight on it
+// may be lost, and a request or barrier waiting for it would wait for ever.
+// This holds for a worker's link to a server, a node's link to the
+// scheduler, and the scheduler's link to a node; with resending on, none of
+// them fails anything.
+func TestBlipWithoutResendFailsTheJob(t *testing.T) {
+	for _, c := range []struct {
+		name, at string
+		peer     int
+		want     string // the node named
+	}{
+		{"worker's link to a server", "worker0", 8, "server 0 (node 8)"},
+		{"server's link to a worker", "server0", 9, "worker 0 (node 9)"},
+		{"worker's link to the scheduler", "worker0", message.Scheduler, "scheduler"},
+		{"scheduler's link to a worker", "scheduler", 9, "worker 0 (node 9)"},
+	} {
+		for _, resend := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s resend=%v", c.name, resend), func(t *testing.T) {
+				s := newSim(t, 1, 1, func(cfg *Config) { cfg.Resend = resend })
+				s.startAll()
+				n := s.node(c.at)
+				s.apply(n, n.core.Connection(c.peer, false, s.now))
+				s.tick(300*time.Millisecond, 100*time.Millisecond)
+				if n.has(EventFailed) != nil {
+					t.Fatal("failed while the connection was down, within the grace")
+				}
+				s.apply(n, n.core.Connection(c.peer, true, s.now))
+				s.tick(2*time.Second, 100*time.Millisecond)
+				failed := n.has(EventFailed)
+				if resend {
+					for _, m := range s.nodes {
+						if ev := m.has(EventFailed); ev != nil {
+							t.Fatalf("%s failed on a blip with resending on: %v", m.name, ev.Err)
+						}
+					}
+					return
+				}
+				if failed == nil {
+					t.Fatalf("no failure after the blip: %v", n.events)
+				}
+				var lost *NodeLostError
+				if !errors.As(failed.Err, &lost) || !errors.Is(failed.Err, ErrJobFailed) ||
+					!strings.Contains(failed.Err.Error(), c.want) || !strings.Contains(failed.Err.Error(), "PS_RESEND") {
+					t.Fatalf("failure %q does not name %s and PS_RESEND", failed.Err, c.want)
+				}
+				// Whoever saw it, every node stops naming the cause.
+				for _, m := range s.nodes {
+					if ev := m.has(EventFailed); ev == nil || !strings.Contains(ev.Err.Error(), c.want) || !strings.Contains(ev.Err.Error(), "PS_RESEND") {
+						t.Errorf("%s was not told the cause: %v", m.name, ev)
+					}
+				}
+			})
+		}
 	}
 }
 

@@ -125,6 +125,7 @@ func (c *Core) nodeList(o *out, msg *message.Message, now time.Time) {
 			continue
 		}
 		c.connected[id] = n.Addr()
+		delete(c.links, id) // a new connection, not the old one back
 		c.connect(o, n, now)
 		if c.phase == PhaseReady && n.IsRecovery {
 			o.notify(Event{Type: EventNodeReplaced, ID: id, Node: n})

@@ -71,6 +71,12 @@ func (c *Core) heartbeat(o *out, msg *message.Message, now time.Time) {
 		}
 		return
 	}
+	if isNotice && kind == NoticeAbort && c.phase == PhaseReady {
+		// It found a fault itself (a blip of one of its connections, see
+		// blip).
+		c.fail(o, &AbortError{By: int(p.node.ID), Reason: text})
+		return
+	}
 	if c.phase == PhaseFailed {
 		// It missed the abort (it was stopped or cut off): say it again.
 		o.send(NewNotice(sender, NoticeAbort, abortReason(c.err), c.nextTS()))
@@ -116,8 +122,12 @@ func (c *Core) Connection(id int, up bool, now time.Time) []Output {
 	}
 	if p := c.peers[id]; p != nil && (c.IsScheduler() || id == message.Scheduler) {
 		if up {
+			blip := p.everUp && !p.connUp && !p.downSince.IsZero() && !p.dead
 			p.connUp, p.everUp, p.downSince = true, true, time.Time{}
 			c.revive(&o, p)
+			if blip {
+				c.blip(&o, p.node)
+			}
 		} else if p.connUp || p.downSince.IsZero() {
 			p.connUp, p.downSince = false, now
 		}
@@ -136,6 +146,9 @@ func (c *Core) Connection(id int, up bool, now time.Time) []Output {
 		case up:
 			if l.reported {
 				o.notify(Event{Type: EventPeerUp, ID: id})
+			} else if !l.downSince.IsZero() {
+				role, _ := message.RoleOfID(id)
+				c.blip(&o, message.Node{ID: int32(id), Role: role})
 			}
 			*l = linkState{}
 		case l.downSince.IsZero():
@@ -143,6 +156,22 @@ func (c *Core) Connection(id int, up bool, now time.Time) []Output {
 		}
 	}
 	return o
+}
+
+// blip fails the job, without resending, when the connection to n dropped
+// and came back within the grace: n is alive, but what was in flight on the
+// connection may be lost, and nothing would send it again.
+func (c *Core) blip(o *out, n message.Node) {
+	if c.cfg.Resend || c.phase != PhaseReady {
+		return
+	}
+	err := &NodeLostError{Node: n, Cause: fmt.Sprintf(
+		"its connection dropped and came back within %v, so messages in flight on it may be lost, and without PS_RESEND nothing sends them again", c.cfg.ConnGrace)}
+	c.fail(o, err)
+	if !c.IsScheduler() {
+		// The scheduler is alive too: it stops the job with this cause.
+		o.send(NewNotice(message.Scheduler, NoticeAbort, abortReason(err), c.nextTS()))
+	}
 }
 
 // Tick lets time pass: heartbeats are sent and silent or disconnected
