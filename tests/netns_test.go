@@ -325,39 +325,33 @@ func (h *hosts) inHostOrHere(i int, name string, args ...string) (string, error)
 // if there is none or the kernel cannot destroy sockets.
 func (h *hosts) resetConnection(t *testing.T, from, to *proc) {
 	t.Helper()
-	owned := func(line string, p *proc) bool {
-		return strings.Contains(line, fmt.Sprintf("pid=%d,", p.cmd.Process.Pid))
-	}
-	listening, err := h.inHostOrHere(to.host, "ss", "-tlnpH")
-	if err != nil {
-		t.Fatalf("ss -tlnp in host %d: %v\n%s", to.host, err, listening)
-	}
-	port := ""
-	for _, line := range strings.Split(listening, "\n") {
-		if f := strings.Fields(line); owned(line, to) && len(f) >= 4 {
-			port = f[3][strings.LastIndexByte(f[3], ':')+1:]
-		}
-	}
-	if port == "" {
-		t.Fatalf("%s listens on no port:\n%s", to.name, listening)
-	}
-	conns, err := h.inHostOrHere(from.host, "ss", "-tnpH", "state", "established", "dport", "=", ":"+port)
-	if err != nil {
-		t.Fatalf("ss -tnp in host %d: %v\n%s", from.host, err, conns)
-	}
-	sport := ""
-	for _, line := range strings.Split(conns, "\n") {
-		if f := strings.Fields(line); owned(line, from) && len(f) >= 3 {
-			sport = f[2][strings.LastIndexByte(f[2], ':')+1:]
-		}
-	}
-	if sport == "" {
-		t.Fatalf("%s has no connection to port %s of %s:\n%s", from.name, port, to.name, conns)
-	}
+	port := h.socketPort(t, to, 3, "-tlnpH")
+	sport := h.socketPort(t, from, 2, "-tnpH", "state", "established", "dport", "=", ":"+port)
 	out, err := h.inHostOrHere(from.host, "ss", "-K", "state", "established", "sport", "=", ":"+sport, "dport", "=", ":"+port)
 	if err != nil || !strings.Contains(out, ":"+sport) {
 		t.Fatalf("ss -K did not destroy the connection from port %s to %s (a kernel without CONFIG_INET_DIAG_DESTROY?): %v\n%s", sport, port, err, out)
 	}
+}
+
+// socketPort runs ss with args in p's host and returns the port of the
+// address in column col of the (last) socket p's process owns.
+func (h *hosts) socketPort(t *testing.T, p *proc, col int, args ...string) string {
+	t.Helper()
+	out, err := h.inHostOrHere(p.host, "ss", args...)
+	if err != nil {
+		t.Fatalf("ss %v in host %d: %v\n%s", args, p.host, err, out)
+	}
+	port := ""
+	owner := fmt.Sprintf("pid=%d,", p.cmd.Process.Pid)
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); strings.Contains(line, owner) && len(f) > col {
+			port = f[col][strings.LastIndexByte(f[col], ':')+1:]
+		}
+	}
+	if port == "" {
+		t.Fatalf("%s owns no socket in ss %v:\n%s", p.name, args, out)
+	}
+	return port
 }
 
 // proc is one node process running in a host.
