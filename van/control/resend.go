@@ -89,11 +89,11 @@ type ResendConfig struct {
 // shows that it arrived without its own ACK. It is then resent after the
 // timeout, doubled at each resend up to maxBackoff timeouts, plus
 // allowFactor times the time its bytes take at the line's measured rate
-// (assumedRate until measured). So a message still queued behind others, or behind its own
-// earlier transmission, is never resent, and a large message on a slow
-// link is given the time to arrive. A resend goes to the back of the
-// line, and the message it repeats leaves the head, so the messages behind
-// it get their turn. An ACK of a message sent more than once does not say
+// (assumedRate until measured). So a message still queued behind others,
+// or behind its own earlier transmission, is never resent, and a large
+// message on a slow link is given the time to arrive. A resend goes to the
+// back of the line, and the message it repeats leaves the head, so the
+// messages behind it get their turn. An ACK of a message sent more than once does not say
 // which transmission arrived, so it shows nothing about the others.
 //
 // An ACK says that a request arrived, not that it was handled: a server can

@@ -21,6 +21,7 @@ import (
 
 	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/van"
+	"github.com/gopslite/pslite/van/internal/quarantine"
 )
 
 // pebbe/zmq4 copies every frame between Go and C memory, and zeroes each
@@ -293,7 +294,7 @@ func (r *frameReader) read(flags zmq.Flag, lend, poison bool) error {
 				once.Do(func() {
 					for _, lm := range lent {
 						if poison {
-							quarantine(lm)
+							quarantineMsg(lm)
 						} else {
 							C.pslite_msg_free(lm)
 						}
@@ -312,29 +313,18 @@ var lentMessages atomic.Int64
 
 // poisoned holds given-back frames overwritten with 0xDB (PoisonLent), so
 // that a view kept past its release reads 0xDB bytes, not memory reused
-// or unmapped, until quarantineBytes of newer ones push it out.
+// or unmapped, until newer ones push it out of the quarantine.
 var poisoned struct {
-	mu    sync.Mutex
-	msgs  []*C.zmq_msg_t
-	sizes []int
-	bytes int
+	mu sync.Mutex
+	q  quarantine.Q[*C.zmq_msg_t]
 }
 
-// quarantineBytes bounds the memory poisoned frames hold.
-const quarantineBytes = 256 << 20
-
-func quarantine(m *C.zmq_msg_t) {
+// quarantineMsg poisons m and quarantines it, freeing the messages that
+// leave the quarantine.
+func quarantineMsg(m *C.zmq_msg_t) {
 	n := int(C.pslite_msg_poison(m))
 	poisoned.mu.Lock()
-	poisoned.msgs = append(poisoned.msgs, m)
-	poisoned.sizes = append(poisoned.sizes, n)
-	poisoned.bytes += n
-	var free []*C.zmq_msg_t
-	for poisoned.bytes > quarantineBytes && len(poisoned.msgs) > 1 {
-		free = append(free, poisoned.msgs[0])
-		poisoned.bytes -= poisoned.sizes[0]
-		poisoned.msgs, poisoned.sizes = poisoned.msgs[1:], poisoned.sizes[1:]
-	}
+	free := poisoned.q.Add(m, n)
 	poisoned.mu.Unlock()
 	for _, m := range free {
 		C.pslite_msg_free(m)

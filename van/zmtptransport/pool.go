@@ -1,6 +1,10 @@
 package zmtptransport
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/gopslite/pslite/van/internal/quarantine"
+)
 
 // lendMin is the smallest frame received into a pooled buffer and lent
 // (see Transport.RecvLent): below it a copy costs less than the
@@ -14,22 +18,19 @@ const lendMin = 512 << 10
 // poolBytes bytes.
 //
 // Poisoned buffers (Options.PoisonLent) are never reused: they wait in a
-// quarantine of at most quarantineBytes, oldest leaving first, so that a
+// quarantine (van/internal/quarantine), oldest leaving first, so that a
 // view kept past its release keeps reading 0xDB bytes instead of the next
 // message received into the same memory.
 type bufPool struct {
-	mu            sync.Mutex
-	free          [][]byte
-	bytes         int
-	quarantine    [][]byte
-	quarantined   int // bytes in quarantine
-	quarantineMax int // 0 means quarantineBytes (tests set less)
+	mu         sync.Mutex
+	free       [][]byte
+	bytes      int
+	quarantine quarantine.Q[[]byte]
 }
 
 const (
-	poolBuffers     = 8
-	poolBytes       = 1 << 30
-	quarantineBytes = 256 << 20
+	poolBuffers = 8
+	poolBytes   = 1 << 30
 )
 
 // get returns a buffer of n bytes: a kept one at most twice as large as
@@ -68,17 +69,7 @@ func (p *bufPool) put(b []byte, poison bool) {
 		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		p.quarantine = append(p.quarantine, b)
-		p.quarantined += len(b)
-		limit := p.quarantineMax
-		if limit == 0 {
-			limit = quarantineBytes
-		}
-		for p.quarantined > limit && len(p.quarantine) > 1 {
-			p.quarantined -= len(p.quarantine[0])
-			p.quarantine[0] = nil
-			p.quarantine = p.quarantine[1:]
-		}
+		p.quarantine.Add(b, len(b)) // what leaves it is the collector's
 		return
 	}
 	p.mu.Lock()

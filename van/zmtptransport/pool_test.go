@@ -3,7 +3,8 @@ package zmtptransport
 import "testing"
 
 func TestPoisonedBuffersAreQuarantinedNotReused(t *testing.T) {
-	p := bufPool{quarantineMax: 3 << 10}
+	p := bufPool{}
+	p.quarantine.Max = 3 << 10
 	var given [][]byte
 	for i := range 5 {
 		b := p.get(1 << 10)
@@ -26,8 +27,8 @@ func TestPoisonedBuffersAreQuarantinedNotReused(t *testing.T) {
 			t.Fatalf("buffer %d reads %#x...%#x, want 0xDB", i, b[0], b[len(b)-1])
 		}
 	}
-	if p.quarantined != 3<<10 || len(p.quarantine) != 3 || &p.quarantine[0][0] != &given[2][0] {
-		t.Fatalf("the quarantine holds %d buffers, %d bytes; want the newest 3, 3 KiB", len(p.quarantine), p.quarantined)
+	if n, bytes := p.quarantine.Len(); bytes != 3<<10 || n != 3 || &p.quarantine.Oldest()[0] != &given[2][0] {
+		t.Fatalf("the quarantine holds %d buffers, %d bytes; want the newest 3, 3 KiB", n, bytes)
 	}
 	b := p.get(1 << 10)
 	p.put(b, false)
