@@ -361,7 +361,7 @@ func TestCustomerRecycles(t *testing.T) {
 		m := request(0, 7)
 		m.AddData(message.Uint64, make([]byte, 8))
 		released := 0
-		m.Lend(1, func() { released++ })
+		m.Lend(1, message.NewLoan(m.Data, 1, func([][]byte) { released++ }))
 		if !c.Accept(m) { // an idle customer handles it before Accept returns
 			t.Fatal("not accepted")
 		}

@@ -13,7 +13,7 @@ func TestLendOwnRelease(t *testing.T) {
 	mine := []byte("mine")
 	m := &Message{Data: [][]byte{mine, lent}}
 	released := 0
-	m.Lend(1<<1, func() { released++ })
+	m.Lend(1<<1, countingLoan(m.Data, 1<<1, &released))
 	if !m.Lent() || m.IsLent(0) || !m.IsLent(1) {
 		t.Fatalf("Lent %v, IsLent(0) %v, IsLent(1) %v", m.Lent(), m.IsLent(0), m.IsLent(1))
 	}
@@ -32,7 +32,7 @@ func TestLendOwnRelease(t *testing.T) {
 	if released != 1 {
 		t.Fatalf("released %d times after Release and Own of an owned message", released)
 	}
-	m.Lend(1, func() { released++ })
+	m.Lend(1, countingLoan(m.Data, 1, &released))
 	m.Release()
 	m.Release()
 	if released != 2 {
@@ -51,10 +51,16 @@ func TestRecycle(t *testing.T) {
 		m.Meta.Timestamp, m.Meta.Body, m.ZeroCopy = 9, []byte("x"), true
 		m.AddData(Float, make([]byte, 4))
 		released := 0
-		m.Lend(1, func() { released++ })
+		m.Lend(1, countingLoan(m.Data, 1, &released))
 		m.Recycle()
 		if released != 1 {
 			t.Fatalf("lent frames given back %d times, want once", released)
 		}
 	}
+}
+
+// countingLoan returns a loan of the frames of mask that counts in
+// *released how often it is given back.
+func countingLoan(frames [][]byte, mask uint64, released *int) *Loan {
+	return NewLoan(frames, mask, func([][]byte) { *released++ })
 }

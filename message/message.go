@@ -187,8 +187,8 @@ type Message struct {
 	// response's for good. Not on the wire.
 	ZeroCopy bool
 
-	lent    uint64 // Data frames lent by the transport (bit i: Data[i])
-	release func() // gives them back
+	lent uint64 // Data frames lent by the transport (bit i: Data[i])
+	loan *Loan  // the message's hold on them; nil when nothing is lent
 
 	// The first frames AddData adds go here, so that a message of a few
 	// frames (a request: keys, values, lengths) is one allocation.
@@ -199,34 +199,40 @@ type Message struct {
 // inlineFrames is how many frames a message holds without allocating.
 const inlineFrames = 3
 
-// Lend marks the Data frames of mask (bit i for Data[i]) as lent: memory
-// that is not the message's own, valid until release is called, by Release
-// or Own. The van lends large frames of received requests to customers
-// that accept them.
-func (m *Message) Lend(mask uint64, release func()) {
-	m.lent, m.release = mask, release
+// Lend marks the Data frames of mask (bit i for Data[i]) as lent, views of
+// the memory of loan, and hands the message one hold on loan (the
+// caller's): Release or Own drops it. The van lends large frames of
+// received requests to customers that accept them.
+func (m *Message) Lend(mask uint64, loan *Loan) {
+	m.lent, m.loan = mask, loan
+	if loan == nil {
+		m.lent = 0
+	}
 }
 
 // Lent reports whether some of the message's frames are lent.
-func (m *Message) Lent() bool { return m.release != nil }
+func (m *Message) Lent() bool { return m.loan != nil }
 
 // IsLent reports whether Data[i] is lent.
 func (m *Message) IsLent(i int) bool { return i >= 0 && i < 64 && m.lent&(1<<i) != 0 }
 
-// Release gives the lent frames back: from now on they must not be used
-// (whoever kept a view of them reads garbage). It does nothing for a
-// message with nothing lent, or the second time.
+// Release drops the message's hold on its lent frames: from now on they
+// must not be used (whoever kept a view of them reads garbage, or poison
+// with PS_POISON_LENT). It does nothing for a message with nothing lent,
+// or the second time.
 func (m *Message) Release() {
-	if f := m.release; f != nil {
-		m.release, m.lent = nil, 0
-		f()
+	if l := m.loan; l != nil {
+		m.loan, m.lent = nil, 0
+		l.Drop()
 	}
 }
 
-// Own replaces the lent frames by copies of the message's own and gives
-// them back, so that the message can be kept.
+// Own replaces the lent frames by copies of the message's own and then
+// drops its hold on the loan, so that the message can be kept. What goes
+// back to the transport is the loan's own list of buffers, never the
+// copies.
 func (m *Message) Own() {
-	if m.release == nil {
+	if m.loan == nil {
 		return
 	}
 	for i, f := range m.Data {
@@ -235,6 +241,17 @@ func (m *Message) Own() {
 		}
 	}
 	m.Release()
+}
+
+// SetFrames makes frames the message's data frames, in a list of the
+// message's own (the caller's list is not kept), and returns it.
+func (m *Message) SetFrames(frames [][]byte) [][]byte {
+	if len(frames) <= inlineFrames {
+		m.Data = append(m.inlineData[:0:inlineFrames], frames...)
+	} else {
+		m.Data = append([][]byte(nil), frames...)
+	}
+	return m.Data
 }
 
 // cloneChunk bounds each memmove of a large copy: a collection that wants

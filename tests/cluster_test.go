@@ -138,3 +138,26 @@ func TestLocalShReportsFailure(t *testing.T) {
 		t.Errorf("failing job took %v", d)
 	}
 }
+
+// test_kv_app's 2x2 job checks every value it pulls, at sizes on both sides
+// of the transports' lending threshold (frames of 512 KiB): 100,000 keys
+// send 400 KB of keys to each server, 200,000 lend the keys' frames, and
+// 1,000,000 lend keys and values (4 MB and 2 MB a server), on both socket
+// transports, with given-back memory reused and poisoned. At 1,000,000 keys
+// the default transport returned wrong values in every run, until lent
+// buffers were given back by their loans (message.Loan).
+func TestKVAppExactAcrossTheLendingThreshold(t *testing.T) {
+	for _, van := range [][]string{nil, zmqEnv} {
+		for _, poison := range []string{"PS_POISON_LENT=0", "PS_POISON_LENT=1"} {
+			for _, keys := range []int{100000, 200000, 1000000} {
+				env := append(append([]string{}, van...), poison)
+				t.Run(fmt.Sprintf("%s/keys=%d", strings.Join(env, " "), keys), func(t *testing.T) {
+					out := launch(t, env, "local.sh", "2", "2", bin("test_kv_app"), fmt.Sprintf("-keys=%d", keys), "-repeat=3")
+					if n := strings.Count(out, "error: 0, 0"); n != 2 {
+						t.Errorf("%d of 2 workers reported exact values:\n%s", n, out)
+					}
+				})
+			}
+		}
+	}
+}

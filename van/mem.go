@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/gopslite/pslite/message"
 )
 
 // MemNetwork is an in-memory network of transports, so that whole clusters
@@ -434,26 +436,26 @@ func (t *memTransport) Flush() {
 
 // TryRecvLent implements Batcher: Recv that returns ErrRecvTimeout at once
 // when nothing waits. Nothing is lent.
-func (t *memTransport) TryRecvLent() ([]byte, [][]byte, uint64, func(), error) {
+func (t *memTransport) TryRecvLent() ([]byte, [][]byte, *message.Loan, error) {
 	if t.addr == "" {
-		return nil, nil, 0, nil, fmt.Errorf("van: not bound")
+		return nil, nil, nil, fmt.Errorf("van: not bound")
 	}
 	n := t.net
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	ep := n.endpoints[t.addr]
 	if ep == nil || ep.dead || ep.owner != t {
-		return nil, nil, 0, nil, ErrClosed
+		return nil, nil, nil, ErrClosed
 	}
 	if ep.paused || len(ep.inbox) == 0 {
-		return nil, nil, 0, nil, ErrRecvTimeout
+		return nil, nil, nil, ErrRecvTimeout
 	}
 	m := ep.inbox[0]
 	ep.inbox[0] = memMsg{}
 	ep.inbox = ep.inbox[1:]
 	close(ep.room)
 	ep.room = make(chan struct{})
-	return m.identity, m.frames, 0, nil, nil
+	return m.identity, m.frames, nil, nil
 }
 
 func (t *memTransport) Bind(host string, port, maxRetry int) (int, error) {

@@ -49,7 +49,7 @@ func drain(t *testing.T, recv Transport) []string {
 func tryAll(t *testing.T, recv Transport) []string {
 	t.Helper()
 	return receiveAll(t, func() ([][]byte, error) {
-		_, frames, _, _, err := recv.(Batcher).TryRecvLent()
+		_, frames, _, err := recv.(Batcher).TryRecvLent()
 		return frames, err
 	})
 }

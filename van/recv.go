@@ -40,7 +40,7 @@ func (v *Van) receive() bool {
 	}
 	for {
 		v.applyHandover()
-		ident, frames, lent, release, err := v.next()
+		ident, frames, loan, err := v.next()
 		if err != nil {
 			if errors.Is(err, ErrRecvTimeout) {
 				if v.stopping.Load() {
@@ -64,15 +64,15 @@ func (v *Van) receive() bool {
 		}
 		msg, err := v.decode(ident, frames)
 		if err != nil {
-			if release != nil {
-				release()
+			if loan != nil {
+				loan.Drop()
 			}
 			v.metrics.Dropped("malformed")
 			v.dropLog.Warn().Err(err).Str("from", describeIdentity(ident)).Msg("dropping a malformed message")
 			continue
 		}
-		if release != nil {
-			msg.Lend(lent>>1, release) // bit 0: the meta
+		if loan != nil {
+			msg.Lend(loan.Mask()>>1, loan) // bit 0: the meta
 			if msg.Meta.IsControl() || !v.isReady.Load() {
 				msg.Own() // kept, or small
 			}
@@ -127,11 +127,11 @@ const maxBatch = 32
 // has (or maxBatch have been handled), it sends what it held and then
 // waits for one. A loop taken over from a handler that runs long (see
 // watchHandlers) thus sends what the handler's goroutine held back.
-func (v *Van) next() (ident []byte, frames [][]byte, mask uint64, release func(), err error) {
+func (v *Van) next() (ident []byte, frames [][]byte, loan *message.Loan, err error) {
 	if v.held > 0 && v.held < maxBatch {
-		ident, frames, mask, release, err = v.recv(false)
+		ident, frames, loan, err = v.recv(false)
 		if !errors.Is(err, ErrRecvTimeout) {
-			return ident, frames, mask, release, err
+			return ident, frames, loan, err
 		}
 	}
 	v.flush()
@@ -369,8 +369,8 @@ func (v *Van) decode(ident []byte, frames [][]byte) (*message.Message, error) {
 		n += int64(len(f))
 	}
 	v.recvBytes.Add(n + int64(len(ident)))
-	msg := message.Get() // (a customer that recycles gives it back)
-	msg.Data = frames[1:]
+	msg := message.Get()      // (a customer that recycles gives it back)
+	msg.SetFrames(frames[1:]) // a list of the message's own
 	if err := msg.DecodeMeta(frames[0]); err != nil {
 		msg.Recycle()
 		return nil, err

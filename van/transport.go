@@ -111,7 +111,7 @@ type Batcher interface {
 	// when no message waits (or none did when the transport last looked,
 	// a moment ago: asking the socket again costs a system call, and the
 	// receive that waits next finds what came since).
-	TryRecvLent() (identity []byte, frames [][]byte, lent uint64, release func(), err error)
+	TryRecvLent() (identity []byte, frames [][]byte, loan *message.Loan, err error)
 }
 
 // ConnectionReporter is implemented by transports that report the

@@ -23,8 +23,9 @@ func Workload(num, offset int, seed uint64) ([]uint64, []float32) {
 }
 
 // RunKVCheck pushes vals repeat times (keeping at most 10 pushes in flight),
-// pulls, then push-pulls repeat times, and checks that the pulled values are
-// repeat*vals and the last push-pull returned 2*repeat*vals.
+// pulls, then push-pulls repeat times, and checks that every pulled value is
+// exactly repeat times its pushed one and every value of the last push-pull
+// exactly 2*repeat times.
 func RunKVCheck(w *kv.KVWorker[float32], keys []uint64, vals []float32, repeat int) {
 	var ts []int
 	for i := 0; i < repeat; i++ {
@@ -52,13 +53,26 @@ func RunKVCheck(w *kv.KVWorker[float32], keys []uint64, vals []float32, repeat i
 	if len(rets) != len(keys) || len(outs) != len(keys) {
 		Failf("pulled %d and %d values for %d keys", len(rets), len(outs), len(keys))
 	}
+	// Every value is an integer of at most 2*repeat*999: exact in float32
+	// up to 2^24, so each must equal its sum exactly.
 	var res, res2 float64
+	wrong, first := 0, -1
 	for i := range keys {
-		res += math.Abs(float64(rets[i] - vals[i]*float32(repeat)))
-		res2 += math.Abs(float64(outs[i] - vals[i]*2*float32(repeat)))
+		want, want2 := vals[i]*float32(repeat), vals[i]*2*float32(repeat)
+		res += math.Abs(float64(rets[i] - want))
+		res2 += math.Abs(float64(outs[i] - want2))
+		if rets[i] != want || outs[i] != want2 {
+			wrong++
+			if first < 0 {
+				first = i
+			}
+		}
 	}
-	if res/float64(repeat) > 1e-5 || res2/float64(2*repeat) > 1e-5 {
-		Failf("wrong values: error %g, %g", res/float64(repeat), res2/float64(2*repeat))
+	if wrong > 0 {
+		i := first
+		Failf("wrong values: %d of %d keys (the first: key %d pulled %g and push-pulled %g, want %g and %g); error %g, %g",
+			wrong, len(keys), keys[i], rets[i], outs[i], vals[i]*float32(repeat), vals[i]*2*float32(repeat),
+			res/float64(repeat), res2/float64(2*repeat))
 	}
 	Logf("error: %g, %g", res/float64(repeat), res2/float64(2*repeat))
 }

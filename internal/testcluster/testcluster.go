@@ -51,6 +51,9 @@ type Options struct {
 	// Mem runs the job over an in-memory network instead of sockets (as
 	// every job does in a build without cgo).
 	Mem bool
+	// Van names the transport: "mem" (as Mem), "zmtp" or "zmq" (libzmq);
+	// empty means the default. Vans lists those this build can run.
+	Van string
 	// Network, if set, is the in-memory network to run on (it implies
 	// Mem); tests inject faults through it.
 	Network *van.MemNetwork
@@ -73,7 +76,7 @@ func New(t testing.TB, s, w int, o Options) *Cluster {
 	switch {
 	case o.Network != nil:
 		c.Network = o.Network
-	case o.Mem || !realTransport:
+	case o.Mem || o.Van == "mem" || !realTransport:
 		c.Network = van.NewMemNetwork()
 	default:
 		c.port = FreePort(t)
@@ -108,10 +111,23 @@ func New(t testing.TB, s, w int, o Options) *Cluster {
 	return c
 }
 
+// Vans returns the transports a job of this build can run on, for tests
+// that run on each (Options.Van): the in-memory network, and, in a build
+// with cgo, ZMTP and libzmq over real sockets.
+func Vans() []string {
+	if !realTransport {
+		return []string{"mem"}
+	}
+	return []string{"mem", "zmtp", "zmq"}
+}
+
 // Config returns the configuration a node of role gets in this job.
 func (c *Cluster) Config(role message.Role) postoffice.Config {
 	cfg := postoffice.Config{Role: role, NumServers: c.servers, NumWorkers: c.workers,
 		SchedulerHost: "127.0.0.1", SchedulerPort: c.port, Host: "127.0.0.1"}
+	if c.opts.Van == "zmtp" || c.opts.Van == "zmq" {
+		cfg.VanType = c.opts.Van
+	}
 	if c.opts.Tweak != nil {
 		c.opts.Tweak(&cfg)
 	}

@@ -556,7 +556,7 @@ func (t *Transport) send(ctx context.Context, id int, frames [][]byte, shared bo
 			// large shared frames not.
 			m.frames = append([][]byte(nil), frames...)
 			for i, f := range frames {
-				if len(f) < zeroCopyMin || van.IsLent(f) {
+				if len(f) < zeroCopyMin || message.IsLent(f) {
 					m.frames[i] = message.Clone(f)
 				}
 			}
@@ -720,38 +720,39 @@ func (t *Transport) SetHandover(on bool) error {
 
 // Recv implements van.Transport.
 func (t *Transport) Recv() ([]byte, [][]byte, error) {
-	ident, frames, _, _, err := t.recv(false)
+	ident, frames, _, err := t.recv(false)
 	return ident, frames, err
 }
 
 // RecvLent implements van.Lender: frames of 512 KiB or more are lent
-// (views of libzmq's buffers) rather than copied.
-func (t *Transport) RecvLent() ([]byte, [][]byte, uint64, func(), error) {
+// (views of libzmq's buffers, freed when the loan's last hold is dropped)
+// rather than copied.
+func (t *Transport) RecvLent() ([]byte, [][]byte, *message.Loan, error) {
 	return t.recv(true)
 }
 
 // TryRecvLent implements van.Batcher: RecvLent that returns
 // van.ErrRecvTimeout at once when no message waits, or none waited when the
 // last batch was received.
-func (t *Transport) TryRecvLent() ([]byte, [][]byte, uint64, func(), error) {
+func (t *Transport) TryRecvLent() ([]byte, [][]byte, *message.Loan, error) {
 	return t.recvFlags(zmq.DONTWAIT, true)
 }
 
-func (t *Transport) recv(lend bool) ([]byte, [][]byte, uint64, func(), error) {
+func (t *Transport) recv(lend bool) ([]byte, [][]byte, *message.Loan, error) {
 	return t.recvFlags(0, lend)
 }
 
-func (t *Transport) recvFlags(flags zmq.Flag, lend bool) ([]byte, [][]byte, uint64, func(), error) {
+func (t *Transport) recvFlags(flags zmq.Flag, lend bool) ([]byte, [][]byte, *message.Loan, error) {
 	if t.router == nil {
-		return nil, nil, 0, nil, errors.New("van: not bound")
+		return nil, nil, nil, errors.New("van: not bound")
 	}
 	var frames [][]byte
 	var mask uint64
-	var release func()
+	var free func()
 	var err error
 	switch {
 	case t.reader != nil:
-		frames, mask, release, err = t.reader.recv(flags, lend, t.opts.PoisonLent)
+		frames, mask, free, err = t.reader.recv(flags, lend, t.opts.PoisonLent)
 	default:
 		frames, err = t.router.RecvMessageBytes(flags)
 		if err == nil {
@@ -760,20 +761,26 @@ func (t *Transport) recvFlags(flags zmq.Flag, lend bool) ([]byte, [][]byte, uint
 	}
 	if err != nil {
 		if errors.Is(err, zmq.Errno(syscall.EAGAIN)) {
-			return nil, nil, 0, nil, van.ErrRecvTimeout
+			return nil, nil, nil, van.ErrRecvTimeout
 		}
 		if errors.Is(err, zmq.ETERM) {
-			return nil, nil, 0, nil, van.ErrClosed
+			return nil, nil, nil, van.ErrClosed
 		}
-		return nil, nil, 0, nil, fmt.Errorf("van: receive: %w", err)
+		return nil, nil, nil, fmt.Errorf("van: receive: %w", err)
 	}
 	if len(frames) == 0 {
-		if release != nil {
-			release()
+		if free != nil {
+			free()
 		}
-		return nil, nil, 0, nil, van.ErrRecvTimeout
+		return nil, nil, nil, van.ErrRecvTimeout
 	}
-	return frames[0], frames[1:], mask >> 1, release, nil // bit 0 was the identity
+	var loan *message.Loan
+	if free != nil {
+		// The loan frees libzmq's messages by their handles, which free
+		// holds; the frames are only views of them.
+		loan = message.NewLoan(frames[1:], mask>>1, func([][]byte) { free() }) // bit 0 was the identity
+	}
+	return frames[0], frames[1:], loan, nil
 }
 
 // stopWait bounds how long Close waits for the writers to stop, and then

@@ -84,11 +84,11 @@ func sendFrame(s *zmq.Socket, h unsafe.Pointer, f []byte, flags zmq.Flag, shared
 }
 
 // pin prepares frame f for a send without a copy: it stays pinned (or,
-// when it is memory lent to a handler, held: van.AcquireLent) until libzmq
+// when it is memory lent to a handler, held: message.HoldLent) until libzmq
 // releases it (pslite_release_frame). It returns the hint to pass with it.
 func pin(f []byte) C.uintptr_t {
 	pinnedFrames.Add(1)
-	if release, ok := van.AcquireLent(f); ok {
+	if release, ok := message.HoldLent(f); ok {
 		return C.uintptr_t(cgo.NewHandle(release))
 	}
 	p := new(runtime.Pinner)

@@ -10,6 +10,7 @@ import (
 
 	zmq "github.com/pebbe/zmq4"
 
+	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/van"
 )
 
@@ -248,11 +249,10 @@ func TestRecvLent(t *testing.T) {
 		before := lentMessages.Load()
 		var ident []byte
 		var frames [][]byte
-		var mask uint64
-		var release func()
+		var loan *message.Loan
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			ident, frames, mask, release, err = recv.RecvLent()
+			ident, frames, loan, err = recv.RecvLent()
 			if err != van.ErrRecvTimeout || time.Now().After(deadline) {
 				break
 			}
@@ -260,8 +260,8 @@ func TestRecvLent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if van.ParseIdentity(ident) != 9 || len(frames) != 3 || mask != 1<<1 || release == nil {
-			t.Fatalf("identity %q, %d frames, mask %b, release %v", ident, len(frames), mask, release != nil)
+		if van.ParseIdentity(ident) != 9 || len(frames) != 3 || loan == nil || loan.Mask() != 1<<1 {
+			t.Fatalf("identity %q, %d frames, loan %v", ident, len(frames), loan)
 		}
 		if !bytes.Equal(frames[0], small) || !bytes.Equal(frames[1], big) || !bytes.Equal(frames[2], small) {
 			t.Fatal("frames differ from those sent")
@@ -270,8 +270,12 @@ func TestRecvLent(t *testing.T) {
 			t.Fatalf("%d messages lent, want 1", n)
 		}
 		kept := frames[1] // a handle that keeps a view: wrong, but it happens
-		release()
-		release() // a second call does nothing
+		misuses := message.LoanMisuses()
+		loan.Drop()
+		loan.Drop() // a second drop gives nothing back, and is counted
+		if n := message.LoanMisuses() - misuses; n != 1 {
+			t.Fatalf("%d misuses counted, want 1", n)
+		}
 		if n := lentMessages.Load() - before; n != 0 {
 			t.Fatalf("%d messages still lent after release", n)
 		}

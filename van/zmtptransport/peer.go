@@ -46,7 +46,7 @@ type peer struct {
 	// urgent: q holds something that does not wait for Flush while p is
 	// held (a large message, a PONG).
 	urgent bool
-	// holds release the lent frames q refers to (van.AcquireLent), once
+	// holds release the lent frames q refers to (message.HoldLent), once
 	// they are written or dropped.
 	holds   []func()
 	spare   []byte
@@ -202,9 +202,9 @@ func (p *peer) queueLargeLocked(frames [][]byte, shared bool) {
 		switch {
 		case !shared:
 			f = message.Clone(f)
-		case van.IsLent(f):
-			if release, ok := van.AcquireLent(f); ok {
-				p.holds = append(p.holds, release)
+		case message.IsLent(f):
+			if drop, ok := message.HoldLent(f); ok {
+				p.holds = append(p.holds, drop)
 			} else {
 				f = message.Clone(f)
 			}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/van"
 	"github.com/gopslite/pslite/van/internal/sendq"
 )
@@ -598,18 +599,18 @@ func (t *Transport) Recv() ([]byte, [][]byte, error) {
 }
 
 // RecvLent implements van.Lender: frames of 512 KiB or more are lent
-// (buffers the transport reuses once release is called) rather than the
-// caller's.
-func (t *Transport) RecvLent() ([]byte, [][]byte, uint64, func(), error) {
+// (buffers of the transport's pool, which it takes back from the loan once
+// its last hold is dropped) rather than the caller's.
+func (t *Transport) RecvLent() ([]byte, [][]byte, *message.Loan, error) {
 	return t.lend(t.recv())
 }
 
 // TryRecvLent implements van.Batcher: RecvLent that returns
 // van.ErrRecvTimeout at once when no message waits.
-func (t *Transport) TryRecvLent() ([]byte, [][]byte, uint64, func(), error) {
+func (t *Transport) TryRecvLent() ([]byte, [][]byte, *message.Loan, error) {
 	m, ok := t.next()
 	if !ok {
-		return nil, nil, 0, nil, van.ErrRecvTimeout
+		return nil, nil, nil, van.ErrRecvTimeout
 	}
 	return t.lend(m)
 }
@@ -656,19 +657,21 @@ func (t *Transport) next() (inMsg, bool) {
 	return m, true
 }
 
-// lend returns m with its pooled frames lent: release gives them back.
-func (t *Transport) lend(m inMsg) ([]byte, [][]byte, uint64, func(), error) {
+// lend returns m with its pooled frames lent: the loan gives them back to
+// the pool, from its own list of them, once nothing holds it.
+func (t *Transport) lend(m inMsg) ([]byte, [][]byte, *message.Loan, error) {
 	if m.err != nil || m.lent == 0 {
-		return m.ident, m.frames, 0, nil, m.err
+		return m.ident, m.frames, nil, m.err
 	}
-	release := func() {
-		for i, f := range m.frames {
-			if m.lent&(1<<i) != 0 {
-				t.pool.put(f, t.opts.PoisonLent)
-			}
-		}
+	return m.ident, m.frames, message.NewLoan(m.frames, m.lent, t.giveBack), nil
+}
+
+// giveBack takes lent buffers back into the pool (poisoned and
+// quarantined with PoisonLent).
+func (t *Transport) giveBack(bufs [][]byte) {
+	for _, b := range bufs {
+		t.pool.put(b, t.opts.PoisonLent)
 	}
-	return m.ident, m.frames, m.lent, release, nil
 }
 
 // errStuck is Close's error when a goroutine of the transport did not stop

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/van"
 )
 
@@ -548,31 +549,37 @@ func TestLargeFramesAreLentAndReused(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			recvLent := func() ([][]byte, uint64, func()) {
+			recvLent := func() ([][]byte, *message.Loan) {
 				t.Helper()
 				deadline := time.Now().Add(wait)
 				for time.Now().Before(deadline) {
-					_, frames, mask, release, err := rx.RecvLent()
+					_, frames, loan, err := rx.RecvLent()
 					if errors.Is(err, van.ErrRecvTimeout) {
 						continue
 					}
 					if err != nil {
 						t.Fatal(err)
 					}
-					return frames, mask, release
+					return frames, loan
 				}
 				t.Fatal("no message arrived")
-				return nil, 0, nil
+				return nil, nil
 			}
 			send()
-			frames, mask, release := recvLent()
-			if mask != 1<<1 || release == nil || !bytes.Equal(frames[1], big) {
-				t.Fatalf("lent mask %b (want 10), release %v", mask, release != nil)
+			frames, loan := recvLent()
+			if loan == nil || loan.Mask() != 1<<1 || !bytes.Equal(frames[1], big) {
+				t.Fatalf("loan %v (want one of frame 1), frame 1 intact %v", loan, bytes.Equal(frames[1], big))
 			}
 			kept := frames[1]
-			release()
+			// Whatever the receiver does to its list of frames (Own puts
+			// copies in it), the loan gives back the buffer it lent.
+			frames[1] = message.Clone(frames[1])
+			loan.Drop()
+			if poison && frames[1][0] == 0xDB {
+				t.Fatal("the loan poisoned the receiver's copy, not the lent buffer")
+			}
 			send()
-			frames, _, release = recvLent()
+			frames, loan = recvLent()
 			if !bytes.Equal(frames[1], big) {
 				t.Fatal("the second large frame differs")
 			}
@@ -583,7 +590,7 @@ func TestLargeFramesAreLentAndReused(t *testing.T) {
 			if poison && (kept[0] != 0xDB || kept[len(kept)-1] != 0xDB) {
 				t.Fatalf("a view kept past its release reads %#x...%#x, want 0xDB", kept[0], kept[len(kept)-1])
 			}
-			release()
+			loan.Drop()
 			// Recv (not lent) gives the frames to the caller: nothing to give back.
 			send()
 			if _, frames := recv(t, rx); !bytes.Equal(frames[1], big) {
