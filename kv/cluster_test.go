@@ -45,8 +45,8 @@ func spreadKeys(n int, offset uint64) []uint64 {
 	return keys
 }
 
-func pushPullExact[V message.Value](t *testing.T, mem bool) {
-	c := testcluster.New(t, 2, 2, testcluster.Options{Mem: mem})
+func pushPullExact[V message.Value](t *testing.T, van string, n int) {
+	c := testcluster.New(t, 2, 2, testcluster.Options{Van: van})
 	startServers[V](t, c)
 	var wg sync.WaitGroup
 	for r, p := range c.Workers {
@@ -58,10 +58,10 @@ func pushPullExact[V message.Value](t *testing.T, mem bool) {
 				t.Error(err)
 				return
 			}
-			keys := spreadKeys(1000, uint64(r))
+			keys := spreadKeys(n, uint64(r))
 			vals := make([]V, len(keys))
 			for i := range vals {
-				vals[i] = V(i % 100)
+				vals[i] = V((i + r) % 100)
 			}
 			const repeat = 5
 			if err := testcluster.PushRepeatPull(w, keys, vals, repeat); err != nil {
@@ -89,14 +89,20 @@ func pushPullExact[V message.Value](t *testing.T, mem bool) {
 	c.Finalize(t)
 }
 
+// Pushes, a pull and a push-pull of every value type, each value checked,
+// on every transport at sizes below and above the lending threshold
+// (frames of 512 KiB): 1,000 keys, and 300,000 keys, which lend 1.2 MB of
+// keys and 600 KB of float32 values to each of the two servers.
 func TestPushPullTypes(t *testing.T) {
-	for _, mem := range []bool{true, false} {
-		t.Run(fmt.Sprintf("float32/mem=%t", mem), func(t *testing.T) { pushPullExact[float32](t, mem) })
+	for _, van := range testcluster.Vans() {
+		for _, n := range []int{1000, 300000} {
+			t.Run(fmt.Sprintf("float32/%s/keys=%d", van, n), func(t *testing.T) { pushPullExact[float32](t, van, n) })
+		}
 	}
-	t.Run("float64", func(t *testing.T) { pushPullExact[float64](t, true) })
-	t.Run("int32", func(t *testing.T) { pushPullExact[int32](t, true) })
-	t.Run("int64", func(t *testing.T) { pushPullExact[int64](t, true) })
-	t.Run("uint8", func(t *testing.T) { pushPullExact[uint8](t, true) })
+	t.Run("float64", func(t *testing.T) { pushPullExact[float64](t, "mem", 300000) })
+	t.Run("int32", func(t *testing.T) { pushPullExact[int32](t, "mem", 1000) })
+	t.Run("int64", func(t *testing.T) { pushPullExact[int64](t, "mem", 1000) })
+	t.Run("uint8", func(t *testing.T) { pushPullExact[uint8](t, "mem", 1000) })
 }
 
 func TestLensAndCallbacks(t *testing.T) {

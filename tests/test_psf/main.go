@@ -3,9 +3,10 @@
 // straddle the servers, runs every function against a local copy of the
 // matrix, checks rows, values at indices, row flows, async calls, errors,
 // save and load, checkpoints and recovery, does the same on sparse
-// matrices (int64 column ids hashed over the servers), and adds to a dense
-// and a sparse matrix shared by all workers. It exits non-zero on the
-// first wrong value.
+// matrices (int64 column ids hashed over the servers), moves rows of a
+// large matrix whose server parts are lent by the transports and checks
+// each value exactly, and adds to a dense and a sparse matrix shared by
+// all workers. It exits non-zero on the first wrong value.
 //
 //	scripts/local.sh 2 2 build/test_psf
 //
@@ -196,6 +197,7 @@ func (w *worker) run() {
 		check(w.c.DeleteMatrix(ctx, meta.Name), "delete")
 	}
 	w.sparse(ctx)
+	w.large(ctx)
 	w.shared(ctx)
 }
 
