@@ -1,7 +1,10 @@
 # Build, test and run the Go ps-lite.
 #   make deps    install the system packages the build needs (libzmq, pkg-config, protoc)
 #   make build   all programs into build/
-#   make test    vet, the no-cgo build, unit tests with -race, cluster and fault tests
+#   make test    vet, the no-cgo build, unit tests with -race, cluster and fault tests,
+#                then test-poison
+#   make test-poison  the cluster tests once more with PS_POISON_LENT=1: lent memory
+#                is overwritten with 0xDB bytes when given back (docs/MEMORY.md)
 #   make nocgo   build every package but the ZeroMQ transport and psbench with CGO_ENABLED=0,
 #                and run the protocol's tests that way (over the in-memory network)
 #   make demo    test_kv_app, then logistic regression on heart_scale and Fashion-MNIST (2 servers, 2 workers)
@@ -17,7 +20,7 @@ BUILD     ?= build
 PROTOC_GEN_GO_VERSION := v1.36.12
 GOBIN     := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all deps build test nocgo demo proto proto-check bench bench-zmq vet clean netimpair
+.PHONY: all deps build test test-poison nocgo demo proto proto-check bench bench-zmq vet clean netimpair
 
 all: build
 
@@ -34,6 +37,15 @@ vet:
 
 test: vet nocgo build
 	$(GO) test -race -count=1 -timeout 20m ./...
+	@$(MAKE) --no-print-directory test-poison
+
+# The jobs that move values, in process and as real processes, on every
+# transport; without -race (make test ran them with it), with poison.
+POISON_TESTS := TestProgramsThroughLocalSh|TestKVApp8x8|TestMultiWorkersInOneProcess|TestRepeat|TestLocalIPC|TestZMQPrograms|TestZMTPMixedWithZeroMQ|TestPSFThroughLocalSh|TestKVLens
+
+test-poison:
+	PS_POISON_LENT=1 $(GO) test -count=1 -timeout 10m ./kv/ ./psf/
+	PS_POISON_LENT=1 $(GO) test -count=1 -timeout 10m -run '$(POISON_TESTS)' ./tests/
 
 nocgo:
 	CGO_ENABLED=0 $(GO) build $$($(GO) list ./... | grep -v -e /van/zmqtransport -e /bench/psbench)

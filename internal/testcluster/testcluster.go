@@ -128,6 +128,10 @@ func (c *Cluster) Config(role message.Role) postoffice.Config {
 	if c.opts.Van == "zmtp" || c.opts.Van == "zmq" {
 		cfg.VanType = c.opts.Van
 	}
+	// As for a process: PS_POISON_LENT=1 in the environment poisons lent
+	// memory given back, in every job (make test runs the cluster tests
+	// once more so).
+	cfg.PoisonLent = os.Getenv("PS_POISON_LENT") == "1"
 	if c.opts.Tweak != nil {
 		c.opts.Tweak(&cfg)
 	}
