@@ -112,3 +112,27 @@ func TestLoanConcurrentHolds(t *testing.T) {
 		}
 	}
 }
+
+// A detached copy shares the frames but not the loan: releasing both gives
+// the memory back once, when the original is released, and changing the
+// copy's list leaves the original's alone.
+func TestDetachedHoldsNoLoan(t *testing.T) {
+	buf := make([]byte, 16)
+	given := 0
+	m := &Message{}
+	m.SetFrames([][]byte{buf, {1}})
+	m.Lend(1, NewLoan(m.Data, 1, func([][]byte) { given++ }))
+	c := m.Detached()
+	if c.Lent() || &c.Data[0][0] != &buf[0] {
+		t.Fatal("the copy holds the loan, or does not share the frames")
+	}
+	c.Data[1] = nil
+	c.Release()
+	if given != 0 || m.Data[1] == nil {
+		t.Fatal("releasing the copy gave the memory back, or the copy shares the original's list")
+	}
+	m.Release()
+	if given != 1 {
+		t.Fatalf("given back %d times", given)
+	}
+}

@@ -243,6 +243,17 @@ func (m *Message) Own() {
 	m.Release()
 }
 
+// Detached returns a copy of m that shares its meta and frames but holds
+// no loan (whatever m's frames are, the copy's are not lent: the caller
+// sees to their memory) and has a list of frames of its own. A message
+// must never be copied by value: the copy would hold m's loan too, and
+// both would drop it.
+func (m *Message) Detached() *Message {
+	c := &Message{Meta: m.Meta, ZeroCopy: m.ZeroCopy}
+	c.SetFrames(m.Data)
+	return c
+}
+
 // SetFrames makes frames the message's data frames, in a list of the
 // message's own (the caller's list is not kept), and returns it.
 func (m *Message) SetFrames(frames [][]byte) [][]byte {

@@ -28,10 +28,9 @@ func keepable(msg *message.Message) *message.Message {
 		return msg
 	}
 	if msg.Lent() { // a received message sent on: its loan ends with its handler
-		own := *msg
-		own.Lend(0, nil)
-		ownFrames(&own)
-		return &own
+		own := msg.Detached()
+		ownFrames(own)
+		return own
 	}
 	var mask uint64
 	var drops []func()
@@ -47,16 +46,14 @@ func keepable(msg *message.Message) *message.Message {
 	if drops == nil {
 		return msg
 	}
-	kept := *msg
-	kept.Lend(0, nil) // (a copy of msg's fields, not a second hold)
-	kept.SetFrames(msg.Data)
-	// One loan over the held memory: giving it back drops the holds.
+	kept := msg.Detached()
+	// One loan over the memory held: giving it back drops the holds.
 	kept.Lend(mask, message.NewLoan(kept.Data, mask, func([][]byte) {
 		for _, drop := range drops {
 			drop()
 		}
 	}))
-	return &kept
+	return kept
 }
 
 // ownFrames replaces the data frames of msg that lie in lent memory by
@@ -68,8 +65,8 @@ func ownFrames(msg *message.Message) {
 	copied := false
 	for i, f := range msg.Data {
 		if message.IsLent(f) {
-			if !copied { // the caller's slice of frames stays as it was
-				msg.Data = append([][]byte(nil), msg.Data...)
+			if !copied { // the caller's list of frames stays as it was
+				msg.SetFrames(msg.Data)
 				copied = true
 			}
 			msg.Data[i] = message.Clone(f)

@@ -71,9 +71,9 @@ func (v *Van) trySend(msg *message.Message) (int, error) { return v.send(nil, ms
 // resend sends again, without waiting, a message the resender keeps: its
 // frames are not copied (the resender never changes them).
 func (v *Van) resend(msg *message.Message) (int, error) {
-	shared := *msg
+	shared := msg.Detached() // (msg keeps its loan, if any, and so its memory)
 	shared.ZeroCopy = true
-	return v.send(nil, &shared, false)
+	return v.send(nil, shared, false)
 }
 
 // scratch is what sending a message needs besides the message: the frame

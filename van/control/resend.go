@@ -304,14 +304,12 @@ func (r *Resender) Outgoing(msg *message.Message, myID int32, now time.Time) {
 		size += len(f)
 	}
 	if !msg.ZeroCopy {
-		cp := *msg
-		cp.Lend(0, nil) // the copy's frames are its own
-		cp.Data = make([][]byte, len(msg.Data))
-		for i, f := range msg.Data {
-			cp.Data[i] = slices.Clone(f)
+		cp := msg.Detached()
+		for i, f := range cp.Data {
+			cp.Data[i] = slices.Clone(f) // the copy's frames are its own
 		}
 		r.forget(msg)
-		msg = &cp
+		msg = cp
 	}
 	r.mu.Lock()
 	defer r.unlock()
