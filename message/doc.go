@@ -17,4 +17,10 @@
 // and the KV layer sends its requests and responses with
 // van.Van.SendRecycled. AppendEncode and Message.DecodeMeta encode and
 // decode a meta without allocating.
+//
+// Memory a transport lends with a received message is held by a Loan,
+// which gives it back exactly once, from a list of its own, when its last
+// hold is dropped (Message.Release, Message.Own, Message.Recycle, or the
+// end of a send that holds it with HoldLent). docs/MEMORY.md has the whole
+// ownership model in one table.
 package message

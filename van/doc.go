@@ -41,9 +41,10 @@
 // the loop over, which sends what was held.
 //
 // Large received frames may be lent rather than copied (lend.go): a
-// transport that implements Lender hands over views of its own buffers,
-// the van passes them on to customers that take lent messages (a KVServer
-// with LendRequests, a KVWorker's pull answers) and copies them for all
-// others, and a lent frame that is sent on holds its buffer until the
-// transport, or the resender, is done with it.
+// transport that implements Lender returns views of its own buffers and a
+// message.Loan that gives them back, the van passes them on to customers
+// that take lent messages (a KVServer with LendRequests, a KVWorker's pull
+// answers) and copies them for all others, and a lent frame that is sent
+// on holds its loan until the transport, or the resender, is done with it.
+// docs/MEMORY.md has the whole ownership model in one table.
 package van
