@@ -199,15 +199,12 @@ func (p *peer) queueLargeLocked(frames [][]byte, shared bool) {
 			cur = append(cur, f...)
 			continue
 		}
-		switch {
-		case !shared:
+		if !shared {
 			f = message.Clone(f)
-		case message.IsLent(f):
-			if drop, ok := message.HoldLent(f); ok {
-				p.holds = append(p.holds, drop)
-			} else {
-				f = message.Clone(f)
-			}
+		} else if drop, ok := message.HoldLent(f); ok {
+			// A view of lent memory (a handler answering with its
+			// request's keys): its loan stays held until written.
+			p.holds = append(p.holds, drop)
 		}
 		p.q = append(p.q, cur, f)
 		cur = nil
