@@ -3,6 +3,7 @@ package tests
 import (
 	"fmt"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,15 +32,21 @@ type benchRun struct {
 	workerTx  int64 // bytes the workers' hosts sent
 	serverTx  int64 // bytes the servers' hosts sent
 	serverRSS int64 // the largest server's peak resident memory
+	// What the nodes say they sent, and sent again (their "stopped" lines):
+	// our own counters, which TCP's retransmissions do not move.
+	sent, resent int64
 }
 
 // TestNetnsResendOnSlowLinks runs test_kv_app_benchmark (2 servers, 2
 // workers, 5 hosts: each worker pushes and pulls 10 million keys) over
 // slow or lossy links, with and without PS_RESEND=1 at its default
-// timeout, alternately. With resending on, every run passes, and the bytes
-// sent and the servers' memory stay close to the runs without it: a
-// message is not resent while it may still be on its way, so a link
-// slower than PS_RESEND_TIMEOUT per message costs no copies.
+// timeout, alternately. With resending on, every run passes, the nodes
+// resend at most a tenth of the bytes they send, by their own counts, and
+// the servers' memory stays close to the runs without it: a message is not
+// resent while it may still be on its way, so a link slower than
+// PS_RESEND_TIMEOUT per message costs no copies. (The interfaces' byte
+// counts are logged, not compared: TCP's own retransmissions under random
+// loss make two runs differ by more than any resending does.)
 func TestNetnsResendOnSlowLinks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-host benchmark runs are long")
@@ -78,8 +85,8 @@ func TestNetnsResendOnSlowLinks(t *testing.T) {
 				for _, resend := range []bool{false, true} {
 					r := runBenchAcrossHosts(t, hostsN, c.setup, resend)
 					res[b2i(resend)] = append(res[b2i(resend)], r)
-					t.Logf("run %d, PS_RESEND=%d: ok=%v in %.1fs, workers sent %.0f MB, servers %.0f MB, server peak RSS %.0f MB",
-						run+1, b2i(resend), r.ok, r.took.Seconds(), mb(r.workerTx), mb(r.serverTx), mb(r.serverRSS))
+					t.Logf("run %d, PS_RESEND=%d: ok=%v in %.1fs, workers' hosts sent %.0f MB, servers' %.0f MB, nodes sent %.0f MB and resent %.1f MB, server peak RSS %.0f MB",
+						run+1, b2i(resend), r.ok, r.took.Seconds(), mb(r.workerTx), mb(r.serverTx), mb(r.sent), mb(r.resent), mb(r.serverRSS))
 				}
 			}
 			for _, resend := range []bool{false, true} {
@@ -91,8 +98,12 @@ func TestNetnsResendOnSlowLinks(t *testing.T) {
 			}
 			off, on := summarize(res[0]), summarize(res[1])
 			t.Logf("%s, %d runs each: PS_RESEND=0: %s; PS_RESEND=1: %s", c.name, runs, off, on)
-			if on.workerTx > 1.1*off.workerTx || on.serverTx > 1.1*off.serverTx {
-				t.Errorf("with resending the hosts sent more than 1.1x the bytes: %s against %s", on, off)
+			// What the interfaces sent varies from run to run with TCP's
+			// own retransmissions; what the resenders sent again is ours.
+			for k, r := range res[1] {
+				if r.ok && (r.sent == 0 || float64(r.resent) > maxResent*float64(r.sent)) {
+					t.Errorf("run %d: the nodes sent %.0f MB and resent %.1f MB of it (at most %.0f%% allowed)", k+1, mb(r.sent), mb(r.resent), 100*maxResent)
+				}
 			}
 			if limit := rssLimit(off.serverRSS); on.serverRSS > limit {
 				t.Errorf("with resending the servers' peak memory is more than %.0f MB (1.5x, or two requests more): %s against %s", limit, on, off)
@@ -100,6 +111,11 @@ func TestNetnsResendOnSlowLinks(t *testing.T) {
 		})
 	}
 }
+
+// maxResent bounds the share of the bytes the nodes sent that their
+// resenders sent again: a message is resent only once its ACK is overdue,
+// never while it may still be on its way.
+const maxResent = 0.1
 
 // requestMB is one server's share of one of test_kv_app_benchmark's
 // requests in a 2x2 job: half of 10,000,000 keys of 8 bytes with a 4-byte
@@ -117,6 +133,31 @@ const requestMB = 10_000_000 / 2 * 12 / 1e6
 // left, the servers peaked at over 1,100 MB.
 func rssLimit(offMB float64) float64 { return max(1.5*offMB, offMB+2*requestMB) }
 
+// A node's "stopped" line, and what it says the node sent and resent.
+var (
+	stoppedLine = regexp.MustCompile(`(?m)\bINF stopped\b.*$`)
+	sentField   = regexp.MustCompile(`\bsent_bytes=(\d+)`)
+	resentField = regexp.MustCompile(`\bresent_bytes=(\d+)`)
+)
+
+// sentAndResent adds up the bytes the nodes of a job's output say they
+// sent, and resent.
+func sentAndResent(out string) (sent, resent int64) {
+	field := func(re *regexp.Regexp, line string) int64 {
+		m := re.FindStringSubmatch(line)
+		if m == nil {
+			return 0
+		}
+		n, _ := strconv.ParseInt(m[1], 10, 64)
+		return n
+	}
+	for _, line := range stoppedLine.FindAllString(out, -1) {
+		sent += field(sentField, line)
+		resent += field(resentField, line)
+	}
+	return sent, resent
+}
+
 func b2i(b bool) int {
 	if b {
 		return 1
@@ -128,11 +169,11 @@ func mb(n int64) float64 { return float64(n) / 1e6 }
 
 // benchSummary is the mean of some runs, in MB and seconds.
 type benchSummary struct {
-	took, workerTx, serverTx, serverRSS float64
+	took, workerTx, serverTx, resent, serverRSS float64
 }
 
 func (s benchSummary) String() string {
-	return fmt.Sprintf("%.1fs, workers sent %.0f MB, servers %.0f MB, server peak RSS %.0f MB", s.took, s.workerTx, s.serverTx, s.serverRSS)
+	return fmt.Sprintf("%.1fs, workers' hosts sent %.0f MB, servers' %.0f MB, nodes resent %.1f MB, server peak RSS %.0f MB", s.took, s.workerTx, s.serverTx, s.resent, s.serverRSS)
 }
 
 func summarize(rs []benchRun) benchSummary {
@@ -141,10 +182,11 @@ func summarize(rs []benchRun) benchSummary {
 		s.took += r.took.Seconds()
 		s.workerTx += mb(r.workerTx)
 		s.serverTx += mb(r.serverTx)
+		s.resent += mb(r.resent)
 		s.serverRSS += mb(r.serverRSS)
 	}
 	n := float64(len(rs))
-	return benchSummary{s.took / n, s.workerTx / n, s.serverTx / n, s.serverRSS / n}
+	return benchSummary{s.took / n, s.workerTx / n, s.serverTx / n, s.resent / n, s.serverRSS / n}
 }
 
 // runBenchAcrossHosts runs one 2x2 test_kv_app_benchmark on fresh hosts
@@ -153,9 +195,9 @@ func runBenchAcrossHosts(t *testing.T, n int, setup func(*testing.T, *hosts), re
 	t.Helper()
 	h := newHosts(t, n)
 	setup(t, h)
-	var env []string
+	env := []string{"PS_VERBOSE=1"} // for the nodes' "stopped" lines
 	if resend {
-		env = []string{"PS_RESEND=1"}
+		env = append(env, "PS_RESEND=1")
 	}
 	tx := func(from, to int) int64 {
 		var sum int64
@@ -170,6 +212,7 @@ func runBenchAcrossHosts(t *testing.T, n int, setup func(*testing.T, *hosts), re
 	rs := h.wait(t, start, 150*time.Second)
 	r := benchRun{ok: allOK(rs) && strings.Count(h.output(), "Pull average time cost") == 2, took: time.Since(start)}
 	r.workerTx, r.serverTx = tx(3, 5)-w0, tx(1, 3)-s0
+	r.sent, r.resent = sentAndResent(h.output())
 	for _, res := range rs {
 		if res.role == "server" {
 			r.serverRSS = max(r.serverRSS, res.maxRSS)

@@ -30,10 +30,13 @@ func (d *resendDriver) check() {
 	for _, p := range resend {
 		// A resend that would wait (the peer is not reading) is tried again
 		// on the next tick rather than piling onto a full queue.
-		if _, err := d.v.resend(p.Msg); err != nil {
+		sent, err := d.v.resend(p.Msg)
+		if err != nil {
 			d.v.log.Debug().Err(err).Msg("resend deferred")
 			continue
 		}
+		d.v.resentMsgs.Add(1)
+		d.v.resentBytes.Add(int64(sent))
 		n := d.r.Resent(p, now)
 		d.v.metrics.Resent()
 		d.v.log.Info().Str("msg", p.Msg.String()).Int("retry", n).Msg("no ACK in time; resent")
@@ -51,9 +54,13 @@ func (d *resendDriver) check() {
 func (d *resendDriver) reawait(id int) {
 	msgs := d.r.Reawait(int32(id), d.v.clock.Now())
 	for _, m := range msgs {
-		if _, err := d.v.resend(m); err != nil {
+		sent, err := d.v.resend(m)
+		if err != nil {
 			d.v.log.Debug().Err(err).Msg("resend to a replacement deferred")
+			continue
 		}
+		d.v.resentMsgs.Add(1)
+		d.v.resentBytes.Add(int64(sent))
 	}
 	if len(msgs) > 0 {
 		d.v.log.Info().Int("messages", len(msgs)).Str("node", message.DescribeID(id)).Msg("sent again to a replacement what its predecessor left unanswered")

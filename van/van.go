@@ -194,6 +194,9 @@ type Van struct {
 
 	sendBytes atomic.Int64
 	recvBytes atomic.Int64
+	// resent counts the messages the resender sent again, and their bytes
+	// (part of sendBytes).
+	resentMsgs, resentBytes atomic.Int64
 }
 
 // New returns a van for the node cfg describes, sending through tr and
@@ -422,7 +425,8 @@ func (v *Van) Stop() error {
 	if r := v.res.Load(); r != nil {
 		r.close()
 	}
-	v.log.Info().Str("node", me.String()).Int64("sent_bytes", v.sendBytes.Load()).Int64("recv_bytes", v.recvBytes.Load()).Msg("stopped")
+	v.log.Info().Str("node", me.String()).Int64("sent_bytes", v.sendBytes.Load()).Int64("recv_bytes", v.recvBytes.Load()).
+		Int64("resent_messages", v.resentMsgs.Load()).Int64("resent_bytes", v.resentBytes.Load()).Msg("stopped")
 	return v.tr.Close()
 }
 
@@ -479,3 +483,9 @@ func (v *Van) SetDropRate(percent int) { v.dropRate.Store(int32(min(max(percent,
 
 // Stats returns the bytes sent and received so far.
 func (v *Van) Stats() (sent, received int64) { return v.sendBytes.Load(), v.recvBytes.Load() }
+
+// ResendStats returns the messages the resender sent again so far
+// (PS_RESEND), and their bytes, which Stats counts among those sent.
+func (v *Van) ResendStats() (messages, bytes int64) {
+	return v.resentMsgs.Load(), v.resentBytes.Load()
+}

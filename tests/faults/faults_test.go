@@ -738,6 +738,20 @@ func TestResendSeveralCustomers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A tenth of the messages were lost: the resenders sent some again,
+	// and counted them, in messages and bytes, among the bytes sent.
+	var resent, resentBytes int64
+	for _, p := range append(nodes, proc) {
+		m, b := p.Van().ResendStats()
+		if sent, _ := p.Van().Stats(); b > sent || (m == 0) != (b == 0) {
+			t.Errorf("node %d resent %d messages of %d bytes, and sent %d bytes in all", p.MyID(), m, b, sent)
+		}
+		resent, resentBytes = resent+m, resentBytes+b
+	}
+	if resent == 0 {
+		t.Error("no resend counted, with a tenth of the messages lost")
+	}
+	t.Logf("resent %d messages, %d bytes", resent, resentBytes)
 	net.DropAll(0)
 	if err := testcluster.Each(append(nodes, proc), func(p *postoffice.Postoffice) error {
 		if p == proc {
