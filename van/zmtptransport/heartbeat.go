@@ -60,7 +60,11 @@ func (t *Transport) unwatch(l *link) {
 func (t *Transport) heartbeat() {
 	defer t.wg.Done()
 	timeout := t.opts.LinkTimeout
-	ticker := time.NewTicker(max(timeout/12, time.Millisecond))
+	every := max(timeout/12, time.Millisecond)
+	if t.opts.pingEvery > 0 {
+		every = t.opts.pingEvery
+	}
+	ticker := time.NewTicker(every)
 	defer ticker.Stop()
 	var links []*link
 	for {

@@ -56,6 +56,10 @@ type Options struct {
 	// acknowledged) of LinkTimeout. So a cut cable, a host gone or a
 	// stopped process is noticed without application heartbeats.
 	LinkTimeout time.Duration
+	// pingEvery, when set, replaces LinkTimeout/12 as the PING interval:
+	// tests ping often under a link timeout that a starved CPU cannot
+	// reach.
+	pingEvery time.Duration
 	// HandshakeTimeout bounds a connection's ZMTP handshake; 0 means 10s.
 	HandshakeTimeout time.Duration
 	// ReconnectInterval is the wait between attempts to connect to a peer

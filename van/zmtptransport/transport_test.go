@@ -603,7 +603,9 @@ func TestLargeFramesAreLentAndReused(t *testing.T) {
 // Heartbeat PINGs interleave with a stream of messages on the same
 // connection; none may be corrupted by the reuse of the writer's buffers.
 func TestPingsInterleaveWithMessages(t *testing.T) {
-	opts := Options{LinkTimeout: 24 * time.Millisecond} // a PING every 2ms
+	// A PING every 2ms; the link timeout is long, so that a starved CPU
+	// cannot drop the connection (a 24ms one did, under load).
+	opts := Options{LinkTimeout: 30 * time.Second, pingEvery: 2 * time.Millisecond}
 	rx, port := bound(t, opts)
 	tx := newTransport(t, opts)
 	ev := connect(t, tx, 1, port, "ps1")
