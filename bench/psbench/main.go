@@ -82,6 +82,17 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "compare" {
+		fs := flag.NewFlagSet("compare", flag.ExitOnError)
+		a := fs.String("a", "before", "the build costs are relative to")
+		b := fs.String("b", "after", "the build whose cost is shown")
+		fs.Parse(os.Args[2:])
+		if err := compare(os.Stdin, os.Stdout, *a, *b); err != nil {
+			fmt.Fprintln(os.Stderr, "psbench compare:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	flag.Parse()
 	defer prog.Profile()()
 	prog.Check(ps.Start(0), "start")
