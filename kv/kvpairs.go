@@ -3,6 +3,7 @@ package kv
 import (
 	"errors"
 	"fmt"
+	"iter"
 	"sort"
 
 	"github.com/gopslite/pslite/message"
@@ -16,6 +17,30 @@ type KVPairs[V message.Value] struct {
 	Vals     []V
 	Lens     []int32
 	Priority int
+}
+
+// All yields each key with its values: Lens[i] of them with Lens, else
+// len(Vals)/len(Keys). Each key's values are capped at their end, so that
+// appending to them never overwrites the next key's. kvs must have passed
+// Check (a handle's requests have).
+func (kvs KVPairs[V]) All() iter.Seq2[uint64, []V] {
+	return func(yield func(uint64, []V) bool) {
+		per := 0
+		if len(kvs.Lens) == 0 && len(kvs.Keys) > 0 {
+			per = len(kvs.Vals) / len(kvs.Keys)
+		}
+		off := 0
+		for i, k := range kvs.Keys {
+			n := per
+			if len(kvs.Lens) > 0 {
+				n = int(kvs.Lens[i])
+			}
+			if !yield(k, kvs.Vals[off:off+n:off+n]) {
+				return
+			}
+			off += n
+		}
+	}
 }
 
 // Check validates the shape of kvs: lens, when given, has one entry per key

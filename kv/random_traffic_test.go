@@ -32,14 +32,7 @@ type trafficStore struct {
 
 func (h *trafficStore) handle(meta kv.KVMeta, data kv.KVPairs[uint32], s *kv.KVServer[uint32]) {
 	if meta.Push {
-		off := 0
-		for i, k := range data.Keys {
-			n := 1
-			if len(data.Lens) > 0 {
-				n = int(data.Lens[i])
-			}
-			v := data.Vals[off : off+n : off+n]
-			off += n
+		for k, v := range data.All() {
 			if h.mode != keepHandle {
 				v = slices.Clone(v)
 			}

@@ -239,20 +239,9 @@ func (h *DefaultHandle[V]) Handle(meta KVMeta, data KVPairs[V], s *KVServer[V]) 
 }
 
 func (h *DefaultHandle[V]) push(data KVPairs[V]) {
-	off := 0
-	per := 0
-	if len(data.Lens) == 0 && len(data.Keys) > 0 {
-		per = len(data.Vals) / len(data.Keys)
-	}
-	for i, k := range data.Keys {
-		n := per
-		if len(data.Lens) > 0 {
-			n = int(data.Lens[i])
-		}
-		vals := data.Vals[off : off+n]
-		off += n
+	for k, vals := range data.All() {
 		cur := h.store[k]
-		if len(cur) != n {
+		if len(cur) != len(vals) {
 			h.store[k] = append([]V(nil), vals...)
 			continue
 		}

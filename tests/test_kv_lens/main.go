@@ -300,20 +300,10 @@ type store struct {
 func (s *store) handle(meta kv.KVMeta, data kv.KVPairs[byte], srv *kv.KVServer[byte]) {
 	s.mu.Lock()
 	if meta.Push {
-		per := 0
-		if len(data.Lens) == 0 && len(data.Keys) > 0 {
-			per = len(data.Vals) / len(data.Keys)
-		}
-		off := 0
-		for i, k := range data.Keys {
-			n := per
-			if len(data.Lens) > 0 {
-				n = int(data.Lens[i])
-			}
+		for k, v := range data.All() {
 			// A copy: the request's memory may be lent only while the
 			// handle runs.
-			s.m[k] = append([]byte(nil), data.Vals[off:off+n]...)
-			off += n
+			s.m[k] = append([]byte(nil), v...)
 		}
 	}
 	var res kv.KVPairs[byte]
