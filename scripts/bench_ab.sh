@@ -23,26 +23,28 @@ rounds=${ROUNDS:-7}
 tmp=$(mktemp -d)
 out=${AB_OUT:-$tmp/ab.txt}
 cleanup() {
-  git worktree remove --force "$tmp/a" >/dev/null 2>&1 || true
-  git worktree remove --force "$tmp/b" >/dev/null 2>&1 || true
+  git worktree remove --force "$tmp/src-a" >/dev/null 2>&1 || true
+  git worktree remove --force "$tmp/src-b" >/dev/null 2>&1 || true
   rm -rf "$tmp"
+  git worktree prune
 }
 trap cleanup EXIT
 say() { echo "bench_ab.sh: $*" >&2; }
 
-# build REV DIR puts REV's psbench in DIR (the work tree's when REV is empty).
+# build REV X puts REV's psbench (the work tree's when REV is empty) in
+# $tmp/bin-X, building it in a worktree $tmp/src-X.
 build() {
   if [ -z "$1" ]; then
-    go build -o "$2/" ./bench/psbench
+    go build -o "$tmp/bin-$2/" ./bench/psbench
     return
   fi
-  git worktree add -q --detach "$tmp/$(basename "$2")" "$1"
-  (cd "$tmp/$(basename "$2")" && go build -o "$2/" ./bench/psbench)
+  git worktree add -q --detach "$tmp/src-$2" "$1"
+  (cd "$tmp/src-$2" && go build -o "$tmp/bin-$2/" ./bench/psbench)
 }
-mkdir -p "$tmp/bin-a" "$tmp/bin-b" build
+mkdir -p build
 say "building $rev_a and ${rev_b:-the work tree}"
-build "$rev_a" "$tmp/bin-a"
-build "$rev_b" "$tmp/bin-b"
+build "$rev_a" a
+build "$rev_b" b
 go build -o build/ ./bench/psbench # for compare
 
 runs=()
