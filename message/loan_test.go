@@ -37,8 +37,10 @@ func TestLoanHoldsAndDrops(t *testing.T) {
 	if NewLoan([][]byte{buf}, 0, nil) != nil {
 		t.Fatal("a loan of no frame")
 	}
-	if !l.Hold() || !l.Hold() {
-		t.Fatal("a live loan refused a hold")
+	for range 2 {
+		if !l.Hold() {
+			t.Fatal("a live loan refused a hold")
+		}
 	}
 	l.Drop()
 	l.Drop()

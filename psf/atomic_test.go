@@ -51,8 +51,7 @@ var (
 		}
 		for i := range x {
 			if i == len(x)/2 {
-				var m map[string]int
-				m["boom"]++ // a nil map: a runtime panic
+				x = x[:i] // so the write below is out of range: a runtime panic
 			}
 			x[i] = -1
 		}

@@ -15,7 +15,7 @@ import (
 var (
 	kUnregistered = psf.NewGetKernel("psftest.Unregistered", psf.None, psf.Float64,
 		func(*psf.Block, struct{}) (float64, error) { return 1, nil })
-	kPanics = psf.MustRegister(psf.NewGetKernel("psftest.Panics", psf.None, psf.Float64,
+	_ = psf.MustRegister(psf.NewGetKernel("psftest.Panics", psf.None, psf.Float64,
 		func(*psf.Block, struct{}) (float64, error) { panic("boom") }))
 	kFails = psf.MustRegister(psf.NewUpdateKernel("psftest.Fails", psf.Int64,
 		func(b *psf.Block, n int64) error { return errors.New("refused") }))

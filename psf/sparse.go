@@ -49,9 +49,6 @@ func sparseColBlock(c int64, n int) int {
 // store (-0 is stored, so that it reads back as -0).
 func isPosZero(v float64) bool { return math.Float64bits(v) == 0 }
 
-// isZero reports whether v is +0 or -0.
-func isZero(v float64) bool { return v == 0 }
-
 // SparseVector is a sparse row: Values[i] at column Indices[i], zeros at
 // every other column. psf returns them, and takes them, with Indices
 // strictly increasing (sorted, no repeats); NewSparseVector makes one from

@@ -60,20 +60,22 @@ func (v *Van) post(msg *message.Message) (int, error) {
 		ownFrames(msg)
 		r.r.Outgoing(msg, v.MyNode().ID, v.clock.Now())
 	}
-	return v.send(nil, msg, false)
+	return v.send(context.Background(), msg, false)
 }
 
 // trySend sends msg once if that needs no waiting; the receive loop and the
 // resender send this way, so that a slow peer can never stall them (and,
 // through them, everyone).
-func (v *Van) trySend(msg *message.Message) (int, error) { return v.send(nil, msg, false) }
+func (v *Van) trySend(msg *message.Message) (int, error) {
+	return v.send(context.Background(), msg, false)
+}
 
 // resend sends again, without waiting, a message the resender keeps: its
 // frames are not copied (the resender never changes them).
 func (v *Van) resend(msg *message.Message) (int, error) {
 	shared := msg.Detached() // (msg keeps its loan, if any, and so its memory)
 	shared.ZeroCopy = true
-	return v.send(nil, shared, false)
+	return v.send(context.Background(), shared, false)
 }
 
 // scratch is what sending a message needs besides the message: the frame
@@ -88,7 +90,8 @@ type scratch struct {
 // sendScratch holds scratches for reuse.
 var sendScratch = sync.Pool{New: func() any { return &scratch{meta: make([]byte, 0, 96)} }}
 
-// send sends msg once: with ctx, waiting for room; without, never waiting.
+// send sends msg once: with wait, waiting for room until ctx is done;
+// without, never waiting.
 func (v *Van) send(ctx context.Context, msg *message.Message, wait bool) (int, error) {
 	if msg.Meta.Recver == emptyID {
 		return 0, errors.New("van: message without a receiver")

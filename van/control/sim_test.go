@@ -250,9 +250,13 @@ func (s *sim) kill(n *simNode) {
 // what was held.
 func (s *sim) isolate(n *simNode) {
 	for _, m := range s.nodes {
-		if m != n {
-			s.cut[[2]string{n.addr, m.addr}] = s.cut[[2]string{n.addr, m.addr}]
-			s.cut[[2]string{m.addr, n.addr}] = s.cut[[2]string{m.addr, n.addr}]
+		if m == n {
+			continue
+		}
+		for _, link := range [][2]string{{n.addr, m.addr}, {m.addr, n.addr}} {
+			if _, cut := s.cut[link]; !cut {
+				s.cut[link] = nil // a key of s.cut is a cut link, holding what is sent on it
+			}
 		}
 	}
 }
@@ -302,12 +306,4 @@ func (n *simNode) count(t EventType) int {
 		}
 	}
 	return k
-}
-
-func (s *sim) names() []string {
-	var names []string
-	for _, n := range s.nodes {
-		names = append(names, n.name)
-	}
-	return names
 }

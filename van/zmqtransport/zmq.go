@@ -507,17 +507,18 @@ func (t *Transport) peer(id int) (*peer, error) { return t.view.Get(id) }
 // Send implements van.Transport. Shared frames of 512 KiB or more are sent
 // without a copy.
 func (t *Transport) Send(ctx context.Context, id int, frames [][]byte, shared bool) (int, error) {
-	return t.send(ctx, id, frames, shared, t.opts.QueueLimit)
+	return t.send(ctx, true, id, frames, shared, t.opts.QueueLimit)
 }
 
 // TrySend implements van.Transport.
 func (t *Transport) TrySend(id int, frames [][]byte, shared bool) (int, error) {
-	return t.send(nil, id, frames, shared, 2*t.opts.QueueLimit)
+	return t.send(context.Background(), false, id, frames, shared, 2*t.opts.QueueLimit)
 }
 
 // send sends at once if the peer is idle and ZeroMQ takes the message, or
-// queues it for the writer; with ctx nil it never waits for room.
-func (t *Transport) send(ctx context.Context, id int, frames [][]byte, shared bool, limit int) (int, error) {
+// queues it for the writer. With wait it waits for room until ctx is done;
+// without, it returns van.ErrWouldBlock on a full queue.
+func (t *Transport) send(ctx context.Context, wait bool, id int, frames [][]byte, shared bool, limit int) (int, error) {
 	p, err := t.peer(id)
 	if err != nil {
 		return 0, err
@@ -563,7 +564,12 @@ func (t *Transport) send(ctx context.Context, id int, frames [][]byte, shared bo
 		}
 	}
 	p.qMu.Lock()
-	if err := p.room.Wait(ctx, &p.qMu, func() bool { return p.n >= limit }); err != nil {
+	full := func() bool { return p.n >= limit }
+	err = p.room.Check(full)
+	if wait {
+		err = p.room.Wait(ctx, &p.qMu, full)
+	}
+	if err != nil {
 		p.qMu.Unlock()
 		return 0, err
 	}

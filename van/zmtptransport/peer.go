@@ -102,8 +102,9 @@ func (p *peer) shut() {
 
 // send writes the message itself when p is idle, has not been written to
 // for coalesceGap, and the kernel takes it; otherwise it queues it for the
-// writer. With ctx nil it never waits for room.
-func (p *peer) send(ctx context.Context, frames [][]byte, shared bool, limit int) (int, error) {
+// writer. With wait it waits for room until ctx is done; without, it
+// returns van.ErrWouldBlock on a full queue.
+func (p *peer) send(ctx context.Context, wait bool, frames [][]byte, shared bool, limit int) (int, error) {
 	total := 0
 	for _, f := range frames {
 		total += len(f)
@@ -143,7 +144,12 @@ func (p *peer) send(ctx context.Context, frames [][]byte, shared bool, limit int
 		p.wMu.Unlock()
 	}
 	p.qMu.Lock()
-	if err := p.room.Wait(ctx, &p.qMu, func() bool { return p.n >= limit }); err != nil {
+	full := func() bool { return p.n >= limit }
+	err := p.room.Check(full)
+	if wait {
+		err = p.room.Wait(ctx, &p.qMu, full)
+	}
+	if err != nil {
 		p.qMu.Unlock()
 		return 0, err
 	}

@@ -572,7 +572,7 @@ func (t *Transport) Send(ctx context.Context, id int, frames [][]byte, shared bo
 	if err != nil {
 		return 0, err
 	}
-	return p.send(ctx, frames, shared, t.opts.QueueLimit)
+	return p.send(ctx, true, frames, shared, t.opts.QueueLimit)
 }
 
 // TrySend implements van.Transport.
@@ -581,7 +581,7 @@ func (t *Transport) TrySend(id int, frames [][]byte, shared bool) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return p.send(nil, frames, shared, 2*t.opts.QueueLimit)
+	return p.send(context.Background(), false, frames, shared, 2*t.opts.QueueLimit)
 }
 
 // Hold implements van.Batcher.

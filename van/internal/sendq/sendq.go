@@ -24,13 +24,9 @@ type Room struct {
 
 // Wait returns once full reports false or the room is closed (the caller
 // checks which), with mu (held on entry) held again. It waits for Freed
-// or Close, or until ctx is done (returning ctx's error); with ctx nil it
-// returns van.ErrWouldBlock rather than wait.
+// or Close, or until ctx is done (returning ctx's error).
 func (r *Room) Wait(ctx context.Context, mu *sync.Mutex, full func() bool) error {
 	for full() && !r.closed {
-		if ctx == nil {
-			return van.ErrWouldBlock
-		}
 		if r.ch == nil {
 			r.ch = make(chan struct{})
 		}
@@ -48,6 +44,15 @@ func (r *Room) Wait(ctx context.Context, mu *sync.Mutex, full func() bool) error
 		if err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// Check is Wait for a send that must not wait: it returns
+// van.ErrWouldBlock when full reports true and the room is open.
+func (r *Room) Check(full func() bool) error {
+	if full() && !r.closed {
+		return van.ErrWouldBlock
 	}
 	return nil
 }

@@ -17,8 +17,8 @@ func TestRoom(t *testing.T) {
 	n := 2
 	full := func() bool { return n >= 2 }
 	mu.Lock()
-	if err := r.Wait(nil, &mu, full); !errors.Is(err, van.ErrWouldBlock) {
-		t.Fatalf("Wait without a context on a full queue: %v", err)
+	if err := r.Check(full); !errors.Is(err, van.ErrWouldBlock) {
+		t.Fatalf("Check on a full queue: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
