@@ -1,6 +1,8 @@
 # Build, test and run the Go ps-lite.
 #   make deps    install the system packages the build needs (libzmq, pkg-config, protoc)
 #   make build   all programs into build/
+#   make check   the inner loop, under a minute: gofmt, go vet, staticcheck, and the
+#                unit tests with -short (no multi-process jobs)
 #   make test    vet, the no-cgo build, unit tests with -race, cluster and fault tests,
 #                then test-poison
 #   make test-poison  the cluster tests once more with PS_POISON_LENT=1: lent memory
@@ -18,9 +20,10 @@
 GO        ?= go
 BUILD     ?= build
 PROTOC_GEN_GO_VERSION := v1.36.12
+STATICCHECK_VERSION   := v0.8.2
 GOBIN     := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all deps build test test-poison nocgo demo proto proto-check bench bench-zmq vet clean netimpair
+.PHONY: all deps build check test test-poison nocgo demo proto proto-check bench bench-zmq vet clean netimpair
 
 all: build
 
@@ -34,6 +37,11 @@ build:
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
+	@test -x $(GOBIN)/staticcheck || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	$(GOBIN)/staticcheck ./...
+
+check: vet
+	$(GO) test -short -count=1 $$($(GO) list ./... | grep -v /tests)
 
 test: vet nocgo build
 	$(GO) test -race -count=1 -timeout 20m ./...

@@ -114,11 +114,11 @@ func trafficSize(rng *rand.Rand) int {
 // client pulls the keys it pushed first again, which the keeping handle
 // holds as views of its oldest requests.
 //
-// Under the race detector each client makes 3 requests (the first of them
-// 2 million keys), else 12.
+// Under the race detector, and with -short, each client makes 3 requests
+// (the first of them 2 million keys), else 12.
 func TestRandomTrafficIsExact(t *testing.T) {
 	ops := 12
-	if raceOn {
+	if raceOn || testing.Short() {
 		ops = 3
 	}
 	for _, van := range testcluster.Vans() {

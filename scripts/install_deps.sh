@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing need on a fresh Debian/Ubuntu machine:
-# libzmq (with its pkg-config file) for the ZeroMQ bindings, and protoc with
-# protoc-gen-go for regenerating and drift-checking the protobuf code, and the
+# libzmq (with its pkg-config file) for the ZeroMQ bindings, protoc with
+# protoc-gen-go for regenerating and drift-checking the protobuf code,
+# staticcheck for make vet, and the
 # data sets of examples/lr (heart_scale, Fashion-MNIST), and, for the
 # multi-host tests' delay and loss (scripts/netns.sh impair), iptables and
 # libnetfilter-queue-dev.
@@ -27,4 +28,7 @@ fi
 gobin="$(go env GOPATH)/bin"
 if [ ! -x "$gobin/protoc-gen-go" ]; then
   go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+fi
+if [ ! -x "$gobin/staticcheck" ]; then
+  go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
 fi
