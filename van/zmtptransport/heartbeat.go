@@ -80,7 +80,7 @@ func (t *Transport) heartbeat() {
 			for i, l := range links {
 				links[i] = nil
 				if silent := time.Duration(now.UnixNano() - l.heard.Load()); silent > timeout {
-					t.opts.Log.Warn().Dur("silent", silent).Str("peer", l.c.RemoteAddr().String()).Msg("zmtp: the peer sent nothing, not even a PONG, within PS_LINK_TIMEOUT; dropping the connection")
+					t.netLog.Warn().Dur("silent", silent).Str("peer", l.c.RemoteAddr().String()).Msg("zmtp: the peer sent nothing, not even a PONG, within PS_LINK_TIMEOUT; dropping the connection")
 					l.c.Close()
 					continue
 				}

@@ -128,7 +128,10 @@ const (
 // not take to the writer.
 type Transport struct {
 	opts Options
-	ln   net.Listener
+	// netLog is opts.Log limited to a burst of lines a second, for what
+	// anyone who can open a connection can make the transport say.
+	netLog zerolog.Logger
+	ln     net.Listener
 
 	inbox   chan []inMsg
 	stop    chan struct{} // closed by Close
@@ -206,6 +209,7 @@ func New(opts Options) (*Transport, error) {
 	}
 	t := &Transport{
 		opts:   opts,
+		netLog: van.RateLimited(opts.Log),
 		inbox:  make(chan []inMsg, inboxLen),
 		stop:   make(chan struct{}),
 		peers:  map[int]*peer{},
@@ -345,7 +349,7 @@ func (t *Transport) serve(ic *inConn) {
 	props, err := t.handshake(ic.c, br, "ROUTER", "")
 	if err != nil {
 		if !t.stopped() {
-			t.opts.Log.Warn().Err(err).Str("from", ic.c.RemoteAddr().String()).Msg("zmtp: handshake failed, connection closed")
+			t.netLog.Warn().Err(err).Str("from", ic.c.RemoteAddr().String()).Msg("zmtp: handshake failed, connection closed")
 		}
 		return
 	}
@@ -358,7 +362,7 @@ func (t *Transport) serve(ic *inConn) {
 	}
 	ic.ident = string(ident)
 	if !t.claim(ic) {
-		t.opts.Log.Warn().Str("identity", ic.ident).Str("from", ic.c.RemoteAddr().String()).
+		t.netLog.Warn().Str("identity", ic.ident).Str("from", ic.c.RemoteAddr().String()).
 			Msg("zmtp: identity already connected; dropping this connection's messages while the other holds it")
 	}
 	fr := &frameReader{r: br, maxFrames: t.opts.MaxFrames, maxBytes: t.opts.MaxMessageBytes, pool: &t.pool}
@@ -384,7 +388,7 @@ func (t *Transport) serve(ic *inConn) {
 				t.deliver(batch)
 			}
 			if !t.stopped() && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				t.opts.Log.Warn().Err(err).Str("identity", ic.ident).Msg("zmtp: connection dropped")
+				t.netLog.Warn().Err(err).Str("identity", ic.ident).Msg("zmtp: connection dropped")
 			}
 			return
 		}
