@@ -27,9 +27,13 @@ func newTransport(cfg Config, log zerolog.Logger) (van.Transport, error) {
 		WaterMark:       cfg.WaterMark,
 		BindAll:         bindAll(cfg),
 		MaxMessageBytes: cfg.MaxMessageBytes,
-		LinkTimeout:     cfg.LinkTimeout,
-		PoisonLent:      cfg.PoisonLent,
-		Log:             log,
+		IsMember: func(identity string) bool {
+			id := van.ParseIdentity([]byte(identity))
+			return id != message.Empty && message.IsMember(int(id), cfg.NumServers, cfg.NumWorkers)
+		},
+		LinkTimeout: cfg.LinkTimeout,
+		PoisonLent:  cfg.PoisonLent,
+		Log:         log,
 	})
 }
 

@@ -2,6 +2,7 @@ package zmtptransport
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -89,5 +90,39 @@ func TestMessagesWithTheReady(t *testing.T) {
 		if want == "large" && !bytes.Equal(frames[1], big) {
 			t.Fatal("the large frame sent with the READY arrived changed")
 		}
+	}
+}
+
+// A connection that is not a member of the job, by its identity or for
+// want of one, may send small messages only: one that announces a large
+// frame is dropped at the header, before its bytes arrive (and before
+// anything is allocated for them), while members keep sending large ones.
+func TestStrangersSendSmallMessagesOnly(t *testing.T) {
+	member := func(id string) bool { return id == "ps9" }
+	rx, port := bound(t, Options{IsMember: member, StrangerMaxBytes: 4 << 10})
+	big := pattern(2<<20, 3)
+	for _, c := range []struct {
+		name, identity string
+	}{{"no identity", ""}, {"not a member", "ps10"}} {
+		t.Run(c.name, func(t *testing.T) {
+			s := rawPeer(t, port, c.identity)
+			// A small message passes.
+			s.Write(appendMessage(nil, [][]byte{[]byte("small " + c.name)}))
+			if _, frames := recv(t, rx); string(frames[0]) != "small "+c.name {
+				t.Fatalf("got %q", frames[0])
+			}
+			// A header announcing 1 GiB - 1 KiB: dropped with no byte sent.
+			s.Write(appendHeader(nil, 0, 1<<30-1<<10))
+			s.SetReadDeadline(time.Now().Add(wait))
+			var ne net.Error
+			if _, err := io.Copy(io.Discard, s); errors.As(err, &ne) && ne.Timeout() {
+				t.Fatal("the connection was not closed")
+			}
+		})
+	}
+	m := rawPeer(t, port, "ps9")
+	m.Write(appendMessage(nil, [][]byte{[]byte("large"), big}))
+	if ident, frames := recv(t, rx); ident != "ps9" || !bytes.Equal(frames[1], big) {
+		t.Fatalf("a member's large message: %q from %q", frames[0], ident)
 	}
 }

@@ -46,6 +46,16 @@ type Options struct {
 	// beyond it drops the sender's connection, as libzmq does; frames that
 	// add up beyond it drop the message); 0 means 1 GiB.
 	MaxMessageBytes int64
+	// IsMember reports whether a peer's identity names a node of the job.
+	// A connection whose identity does not, or that announced none (a node
+	// that has no id yet: it sends only its ADD_NODE), may send messages of
+	// StrangerMaxBytes at most; members keep MaxMessageBytes. Nil counts
+	// every announced identity as a member.
+	IsMember func(identity string) bool
+	// StrangerMaxBytes bounds the messages of connections that are not
+	// members (see IsMember); 0 means 16 KiB. A stranger that announces a
+	// larger frame is dropped at its header, before anything is allocated.
+	StrangerMaxBytes int64
 	// MaxFrames bounds the frames of one received message; 0 means 64.
 	MaxFrames int
 	// LinkTimeout, when positive, bounds how long a connection may carry
@@ -75,8 +85,9 @@ type Options struct {
 }
 
 const (
-	defaultMaxMessageBytes = 1 << 30
-	defaultMaxFrames       = 64
+	defaultMaxMessageBytes  = 1 << 30
+	defaultStrangerMaxBytes = 16 << 10
+	defaultMaxFrames        = 64
 
 	// packMax bounds the encoded size of a message that is written at
 	// once by a Send to an idle peer, or joins a pack: messages queued for
@@ -197,6 +208,9 @@ func New(opts Options) (*Transport, error) {
 	}
 	if opts.MaxMessageBytes <= 0 {
 		opts.MaxMessageBytes = defaultMaxMessageBytes
+	}
+	if opts.StrangerMaxBytes <= 0 {
+		opts.StrangerMaxBytes = defaultStrangerMaxBytes
 	}
 	if opts.MaxFrames <= 0 {
 		opts.MaxFrames = defaultMaxFrames
@@ -365,7 +379,7 @@ func (t *Transport) serve(ic *inConn) {
 		t.netLog.Warn().Str("identity", ic.ident).Str("from", ic.c.RemoteAddr().String()).
 			Msg("zmtp: identity already connected; dropping this connection's messages while the other holds it")
 	}
-	fr := &frameReader{r: br, maxFrames: t.opts.MaxFrames, maxBytes: t.opts.MaxMessageBytes, pool: &t.pool}
+	fr := &frameReader{r: br, maxFrames: t.opts.MaxFrames, maxBytes: t.maxBytes(props["identity"]), pool: &t.pool}
 	var batch []inMsg
 	for {
 		// Pass on, together, what has arrived already: one hand-off to the
@@ -435,6 +449,16 @@ func (t *Transport) deliver(batch []inMsg) bool {
 	case <-t.stop:
 		return false
 	}
+}
+
+// maxBytes returns the largest message a connection that announced
+// identity may send: MaxMessageBytes for a member of the job, else
+// StrangerMaxBytes (see Options.IsMember).
+func (t *Transport) maxBytes(identity string) int64 {
+	if identity != "" && (t.opts.IsMember == nil || t.opts.IsMember(identity)) {
+		return t.opts.MaxMessageBytes
+	}
+	return min(t.opts.StrangerMaxBytes, t.opts.MaxMessageBytes)
 }
 
 // anonIdentity makes up an identity for a peer that announced none, as
