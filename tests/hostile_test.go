@@ -9,7 +9,6 @@ import (
 	zmq "github.com/pebbe/zmq4"
 
 	"github.com/gopslite/pslite/internal/testcluster"
-	"github.com/gopslite/pslite/kv"
 	"github.com/gopslite/pslite/message"
 )
 
@@ -100,15 +99,7 @@ func TestHostileInput(t *testing.T) {
 			}
 		}
 	}()
-	eachWorker(t, c, func(r int, w *kv.KVWorker[float32]) error {
-		keys := make([]uint64, 1000)
-		vals := make([]float32, 1000)
-		for i := range keys {
-			keys[i] = message.MaxKey/1000*uint64(i) + uint64(r)
-			vals[i] = float32(i % 97)
-		}
-		return testcluster.PushRepeatPull(w, keys, vals, 20)
-	})
+	pushExact(t, c, 20)
 	attack.Wait()
 	ctx.Term()
 	t.Logf("sent %d hostile messages", sent)

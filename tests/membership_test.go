@@ -65,6 +65,21 @@ func sendMultipart(s *zmq.Socket, frames [][]byte) error {
 	return nil
 }
 
+// pushExact has every worker of c push 1,000 keys of its own repeat times
+// and pull them back exactly (testcluster.PushRepeatPull).
+func pushExact(t *testing.T, c *testcluster.Cluster, repeat int) {
+	t.Helper()
+	eachWorker(t, c, func(r int, w *kv.KVWorker[float32]) error {
+		keys := make([]uint64, 1000)
+		vals := make([]float32, 1000)
+		for i := range keys {
+			keys[i] = message.MaxKey/1000*uint64(i) + uint64(r)
+			vals[i] = float32(i % 97)
+		}
+		return testcluster.PushRepeatPull(w, keys, vals, repeat)
+	})
+}
+
 // eachWorker runs f at once on every worker of c, each with a float32 KV
 // worker of its own (app 0, customer 0), waits for them, and fails the test
 // with the error of each worker whose f failed.

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/gopslite/pslite/internal/testcluster"
-	"github.com/gopslite/pslite/kv"
-	"github.com/gopslite/pslite/message"
 )
 
 // zmtpStranger opens a ZMTP 3.1 connection to port as a DEALER announcing
@@ -68,14 +66,6 @@ func TestStrangersCannotMakeANodeHoldLargeFrames(t *testing.T) {
 			t.Errorf("a stranger with identity %q sent 64 MB of a 1 GiB frame without being dropped", ident)
 		}
 	}
-	eachWorker(t, c, func(r int, w *kv.KVWorker[float32]) error {
-		keys := make([]uint64, 1000)
-		vals := make([]float32, 1000)
-		for i := range keys {
-			keys[i] = message.MaxKey/1000*uint64(i) + uint64(r)
-			vals[i] = float32(i % 97)
-		}
-		return testcluster.PushRepeatPull(w, keys, vals, 5)
-	})
+	pushExact(t, c, 5)
 	c.Finalize(t)
 }
