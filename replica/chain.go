@@ -920,4 +920,3 @@ func cmpU64(a, b uint64) int {
 	}
 	return 0
 }
-

@@ -242,4 +242,3 @@ func runSecondKill(t *testing.T, sc scenario, second, at int) {
 	s.settle()
 	s.check(fmt.Sprintf("%s then kill %d at %d", sc, second, at))
 }
-
