@@ -120,6 +120,11 @@ func (c *Customer) AppID() int { return c.appID }
 // CustomerID returns the customer id within the application.
 func (c *Customer) CustomerID() int { return c.customerID }
 
+// Idle reports whether the customer has nothing to do: no message or task
+// queued, none being handled (tests on a fake clock wait for it before
+// moving time).
+func (c *Customer) Idle() bool { return c.queue.Idle() }
+
 // QueueLen returns how many received messages wait to be handled.
 func (c *Customer) QueueLen() int { return c.queue.Len() }
 
@@ -168,6 +173,17 @@ func (c *Customer) Accept(msg *message.Message) bool {
 // on the caller's. It reports false once the customer has stopped.
 func (c *Customer) Enqueue(msg *message.Message) bool { return c.queue.Push(msg) }
 
+// Do runs f in the customer's turn, on its goroutine, after the messages
+// queued before it (of the same priority or higher): state its handler
+// owns can be changed by f without a lock. It never waits, and reports
+// false once the customer has stopped.
+func (c *Customer) Do(f func()) bool {
+	msg := message.New()
+	msg.Task = f
+	msg.Meta.Request = true
+	return c.queue.Push(msg)
+}
+
 // Stop ends the receive goroutine after the messages already queued have
 // been handled, and waits for it.
 func (c *Customer) Stop() {
@@ -194,6 +210,10 @@ func (c *Customer) receive() {
 // request.
 func (c *Customer) run(msg *message.Message) {
 	defer c.handled(msg)
+	if msg.Task != nil {
+		msg.Task()
+		return
+	}
 	if !msg.Meta.Request && !c.tracker.Pending(int(msg.Meta.Timestamp)) {
 		c.dropLog.Warn().Stringer("msg", msg).Msg("dropping a response nobody waits for")
 		return

@@ -108,6 +108,13 @@ func (q *Queue) wait() {
 	q.waiting--
 }
 
+// Idle reports whether nothing is queued and nobody holds the handler slot.
+func (q *Queue) Idle() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items) == 0 && !q.claimed
+}
+
 // Len returns the number of queued messages.
 func (q *Queue) Len() int {
 	q.mu.Lock()

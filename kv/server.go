@@ -34,8 +34,9 @@ type ReqHandle[V message.Value] func(meta KVMeta, data KVPairs[V], server *KVSer
 type KVServer[V message.Value] struct {
 	*SimpleApp
 
-	mu      sync.RWMutex // guards handle
+	mu      sync.RWMutex // guards handle and rep
 	handle  ReqHandle[V]
+	rep     *replicated[V] // the store of a managed job (SetStore), or nil
 	dropLog zerolog.Logger // rate-limited, for refused requests
 }
 
@@ -47,16 +48,22 @@ func NewKVServer[V message.Value](po *postoffice.Postoffice, appID int) (*KVServ
 	if err := s.register(appID, appID, s.process); err != nil {
 		return nil, err
 	}
-	s.cust.SetFilter(acceptAtServer)
+	s.cust.SetFilter(func(msg *message.Message) error { return acceptAtServer(po, msg) })
 	s.dropLog = van.RateLimited(po.Logger())
 	return s, nil
 }
 
 // SetRequestHandle sets the function that answers KV requests, and starts
-// handling requests.
+// handling requests. In a managed job (PS_REPLICAS, PS_CHECKPOINT_DIR) a
+// handle's state is neither replicated nor written to disk: use SetStore
+// for that.
 func (s *KVServer[V]) SetRequestHandle(h ReqHandle[V]) error {
 	if h == nil {
 		return fmt.Errorf("kv: nil request handle")
+	}
+	if s.po.Managed() {
+		l := s.po.Logger()
+		l.Warn().Int("app", s.cust.AppID()).Msg("a request handle in a job with PS_REPLICAS or PS_CHECKPOINT_DIR: its state is neither replicated nor written to disk (give the server a kv.Store with SetStore)")
 	}
 	s.mu.Lock()
 	s.handle = h
@@ -101,8 +108,11 @@ func (s *KVServer[V]) ZResponse(req KVMeta, res KVPairs[V]) error {
 	return s.response(req, res, true)
 }
 
-func (s *KVServer[V]) response(req KVMeta, res KVPairs[V], zeroCopy bool) error {
+func (s *KVServer[V]) response(req KVMeta, res KVPairs[V], zeroCopy bool, body ...[]byte) error {
 	msg := message.Get()
+	if len(body) > 0 {
+		msg.Meta.Body = body[0]
+	}
 	msg.ZeroCopy = zeroCopy
 	msg.Meta.AppID = int32(s.cust.AppID())
 	msg.Meta.CustomerID = int32(req.CustomerID)
@@ -132,17 +142,22 @@ func (s *KVServer[V]) response(req KVMeta, res KVPairs[V], zeroCopy bool) error 
 const errorBody = "pslite:error "
 
 // acceptAtServer lets in SimpleApp messages and, of KV messages, only
-// requests from workers.
-func acceptAtServer(msg *message.Message) error {
+// requests from workers, and in a managed job the replication messages of
+// other servers.
+func acceptAtServer(po *postoffice.Postoffice, msg *message.Message) error {
 	switch {
 	case msg.Meta.SimpleApp:
 		return nil
 	case !msg.Meta.Request:
 		return errors.New("a KV response sent to a server")
-	case !message.IsWorkerID(int(msg.Meta.Sender)):
-		return fmt.Errorf("a KV request from %s, which is not a worker", message.DescribeID(int(msg.Meta.Sender)))
+	case message.IsWorkerID(int(msg.Meta.Sender)):
+		return nil
+	case po.Managed() && po.IsMemberServer(int(msg.Meta.Sender)):
+		if k, _ := bodyKind(msg.Meta.Body); k == kindForward || k == kindAck || k == kindSnapshot || k == kindRefuse {
+			return nil
+		}
 	}
-	return nil
+	return fmt.Errorf("a KV request from %s, which is not a worker", message.DescribeID(int(msg.Meta.Sender)))
 }
 
 // refuse answers req with an error instead of values.
@@ -170,6 +185,15 @@ func (s *KVServer[V]) process(msg *message.Message) {
 	if !msg.Meta.Request {
 		return
 	}
+	s.mu.RLock()
+	rep := s.rep
+	s.mu.RUnlock()
+	if rep != nil {
+		if k, p := bodyKind(msg.Meta.Body); k != 0 && k != kindTag {
+			rep.replication(msg, k, p)
+			return
+		}
+	}
 	meta := KVMeta{
 		Cmd:        int(msg.Meta.Head),
 		Push:       msg.Meta.Push,
@@ -183,6 +207,10 @@ func (s *KVServer[V]) process(msg *message.Message) {
 	if err != nil {
 		s.dropLog.Warn().Err(err).Str("msg", msg.String()).Msg("refusing a malformed KV request")
 		s.refuse(meta, err)
+		return
+	}
+	if rep != nil {
+		rep.request(msg, meta, data)
 		return
 	}
 	s.mu.RLock()
@@ -201,6 +229,17 @@ func (s *KVServer[V]) process(msg *message.Message) {
 	start := time.Now()
 	h(meta, data, s)
 	m.ServerRequest(meta.AppID, meta.CustomerID, metrics.RequestKind(meta.Push, meta.Pull, false), time.Since(start))
+}
+
+// Close stops the server's customer; a store stops following views.
+func (s *KVServer[V]) Close() {
+	s.mu.RLock()
+	rep := s.rep
+	s.mu.RUnlock()
+	if rep != nil {
+		rep.close()
+	}
+	s.SimpleApp.Close()
 }
 
 // DefaultHandle is a request handle that keeps a store of values per key:

@@ -17,6 +17,7 @@ import (
 	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/metrics"
 	"github.com/gopslite/pslite/postoffice"
+	"github.com/gopslite/pslite/replica"
 )
 
 // Option sets an optional parameter of a KVWorker request.
@@ -61,18 +62,29 @@ type KVWorker[V message.Value] struct {
 	reqs tsmap.Map[*request[V]]
 	// slicer is the slicer SetSlicer set; nil: DefaultSlicer.
 	slicer atomic.Pointer[Slicer[V]]
+	// managed is set in a managed job: requests go to the head of each
+	// range in the view, tagged (see routing.go).
+	managed bool
+	// loss is what the worker knows of its changes lost with a server.
+	loss lossBook
 }
 
 // request is what a worker keeps of an unfinished request.
 type request[V message.Value] struct {
-	// waiting lists the ranks of the servers that have not answered yet,
-	// so that a lost server fails exactly the requests that wait on it.
+	// waiting lists the key ranges (the ranks of their home servers) not
+	// answered yet, so that a lost server fails exactly the requests that
+	// wait on it.
 	waiting []int
-	room    [2]int      // waiting's own room, for requests to one or two servers
-	pull    *pulling[V] // nil for a push
-	cb      func()      // the user's callback, or nil
-	kind    string      // for metrics: the request's kind and start
-	at      time.Time
+	room    [2]int // waiting's own room, for requests to one or two servers
+	// parts are, in a managed job, the parts sent per range, to send again
+	// when their server goes away or redirects them.
+	parts []sentPart[V]
+	push  bool
+	cmd   int
+	pull  *pulling[V] // nil for a push
+	cb    func()      // the user's callback, or nil
+	kind  string      // for metrics: the request's kind and start
+	at    time.Time
 }
 
 // pulling is what a worker keeps of an unfinished pull.
@@ -97,6 +109,7 @@ func NewKVWorker[V message.Value](po *postoffice.Postoffice, appID, customerID i
 	}
 	w.cust.SetNodeDownHandler(w.nodeDown)
 	w.cust.SetFilter(w.accept)
+	w.startRouting()
 	// Pull responses keep only their values (copied) and key bounds, so the
 	// received keys need no copy.
 	w.cust.SetTakesLent(true)
@@ -137,23 +150,36 @@ func (w *KVWorker[V]) accept(msg *message.Message) error {
 		return nil
 	}
 	if msg.Meta.Request {
-		return errors.New("a KV request sent to a worker")
+		if k, _ := bodyKind(msg.Meta.Body); k != kindRedirect || !w.managed {
+			return errors.New("a KV request sent to a worker")
+		}
 	}
 	sender := int(msg.Meta.Sender)
+	ts := int(msg.Meta.Timestamp)
+	if k, p := bodyKind(msg.Meta.Body); k == kindRedirect {
+		_, _, rts, err := parseRedirect(p, len(w.po.ServerKeyRanges()))
+		if err != nil {
+			return err
+		}
+		ts = int(rts)
+	}
 	w.mu.Lock()
-	r, ok := w.reqs.Get(int(msg.Meta.Timestamp))
-	waits := ok && message.IsServerID(sender) && slices.Contains(r.waiting, message.IDToRank(sender))
+	r, ok := w.reqs.Get(ts)
+	waits := ok && message.IsServerID(sender)
+	if waits {
+		_, waits = w.answerRange(r, msg)
+	}
 	w.mu.Unlock()
 	if !waits {
-		return fmt.Errorf("request %d does not wait for a response from %s", msg.Meta.Timestamp, message.DescribeID(sender))
+		return fmt.Errorf("request %d does not wait for a response from %s", ts, message.DescribeID(sender))
 	}
 	return nil
 }
 
 // nodeDown fails the requests still waiting on server id.
 func (w *KVWorker[V]) nodeDown(id int) {
-	if !message.IsServerID(id) {
-		return
+	if !message.IsServerID(id) || w.managed {
+		return // (in a managed job, views move its ranges)
 	}
 	rank := message.IDToRank(id)
 	var lost []int
@@ -302,7 +328,7 @@ func (w *KVWorker[V]) send(push, pull bool, o reqOptions, kvs KVPairs[V], dest p
 	if err != nil {
 		return 0, err
 	}
-	r := &request[V]{cb: o.cb}
+	r := &request[V]{cb: o.cb, push: push, cmd: o.cmd}
 	r.waiting = r.room[:0]
 	if pull {
 		r.pull = &pulling[V]{dest: dest}
@@ -326,6 +352,10 @@ func (w *KVWorker[V]) send(push, pull bool, o reqOptions, kvs KVPairs[V], dest p
 	if m != nil {
 		r.kind, r.at = kind, time.Now()
 	}
+	var view *replica.View
+	if w.managed {
+		view = w.route(r, parts)
+	}
 	w.mu.Lock()
 	w.reqs.Put(ts, r)
 	w.mu.Unlock()
@@ -336,7 +366,17 @@ func (w *KVWorker[V]) send(push, pull bool, o reqOptions, kvs KVPairs[V], dest p
 		if len(p.Keys) == 0 {
 			continue
 		}
+		dest := i
+		var body []byte
+		if view != nil {
+			part := r.part(i)
+			if part.dest < 0 {
+				continue // no server holds the range now: sent with the next view
+			}
+			dest, body = part.dest, tagBody(i, view.Epoch)
+		}
 		msg := message.Get()
+		msg.Meta.Body = body
 		msg.Meta.AppID = int32(w.cust.AppID())
 		msg.Meta.CustomerID = int32(w.cust.CustomerID())
 		msg.Meta.Request = true
@@ -344,7 +384,7 @@ func (w *KVWorker[V]) send(push, pull bool, o reqOptions, kvs KVPairs[V], dest p
 		msg.Meta.Pull = pull
 		msg.Meta.Head = int32(o.cmd)
 		msg.Meta.Timestamp = int32(ts)
-		msg.Meta.Recver = int32(message.ServerRankToID(i))
+		msg.Meta.Recver = int32(message.ServerRankToID(dest))
 		msg.Meta.Priority = int32(kvs.Priority)
 		msg.ZeroCopy = true // Push and Pull copied their inputs; Z* callers keep theirs unchanged
 		msg.AddData(message.Uint64, message.Frame(p.Keys))
@@ -392,6 +432,10 @@ func (w *KVWorker[V]) process(msg *message.Message) {
 		return
 	}
 	ts := int(msg.Meta.Timestamp)
+	if msg.Meta.Request {
+		w.redirected(msg) // (the filter let through only redirects)
+		return
+	}
 	if text, ok := strings.CutPrefix(string(msg.Meta.Body), errorBody); ok {
 		err := fmt.Errorf("kv: %s refused request %d: %s", message.DescribeID(int(msg.Meta.Sender)), ts, text)
 		w.log().Warn().Err(err).Msg("failing the request")
@@ -400,7 +444,15 @@ func (w *KVWorker[V]) process(msg *message.Message) {
 		return
 	}
 	var part pullPart[V]
-	rank := message.IDToRank(int(msg.Meta.Sender))
+	w.mu.Lock()
+	rank := -1
+	if r, ok := w.reqs.Get(ts); ok {
+		rank, _ = w.answerRange(r, msg)
+	}
+	w.mu.Unlock()
+	if rank < 0 {
+		return // failed meanwhile
+	}
 	if msg.Meta.Pull {
 		kvs, err := decodeKVs[V](msg, true)
 		if err == nil && len(kvs.Keys) == 0 {
@@ -431,6 +483,7 @@ func (w *KVWorker[V]) process(msg *message.Message) {
 	if msg.Meta.Pull && r.pull != nil { // (values answering a push are ignored)
 		r.pull.parts = append(r.pull.parts, part)
 	}
+	w.loss.answered(rank, msg, r.push)
 	last := len(r.waiting) == 0
 	if last {
 		w.reqs.Delete(ts)

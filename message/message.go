@@ -187,6 +187,11 @@ type Message struct {
 	// response's for good. Not on the wire.
 	ZeroCopy bool
 
+	// Task, when set, makes the message a local task, never sent: a
+	// customer runs it in its turn, in order with the messages it
+	// handles, instead of handling a message (see customer.Customer.Do).
+	Task func()
+
 	lent uint64 // Data frames lent by the transport (bit i: Data[i])
 	loan *Loan  // the message's hold on them; nil when nothing is lent
 

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,9 @@ type Metrics struct {
 	drops                *prometheus.CounterVec // reason
 	connEvents           *prometheus.CounterVec // peer, event
 	deadNodes            *prometheus.CounterVec // role
+	stateLost            *prometheus.CounterVec // server
+	viewChanges          prometheus.Counter
+	rangesCopied         prometheus.Counter
 	barrierWait          *prometheus.HistogramVec
 
 	// Children of the vectors above for the label values in use, looked
@@ -147,6 +151,10 @@ func New() *Metrics {
 	m.connEvents = counterVec("connection_events_total", "Connections to peers going up or down, by peer role.", "peer", "event")
 	m.deadNodes = counterVec("dead_nodes_total", "Nodes this node declared dead (the scheduler: servers and workers; the others: the scheduler), by role.", "role")
 	m.barrierWait = histogramVec("barrier_wait_seconds", "Time from a barrier request to its release, by group.", "group")
+	m.stateLost = counterVec("state_lost_pushes_total", "A worker's pushes, answered by a server, that were lost with the server's state (no replica took its place), by the server's rank.", "server")
+	m.viewChanges = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "pslite", Name: "view_changes_total", Help: "Views of a managed job taken (which servers hold each key range)."})
+	m.rangesCopied = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "pslite", Name: "ranges_copied_total", Help: "Key ranges a server copied from another to join their chain."})
+	m.reg.MustRegister(m.viewChanges, m.rangesCopied)
 	return m
 }
 
@@ -260,6 +268,28 @@ func (m *Metrics) NodeDead(id int) {
 		return
 	}
 	m.deadNodes.WithLabelValues(PeerRole(id)).Inc()
+}
+
+// StateLost counts pushes a worker lost with server rank's state.
+func (m *Metrics) StateLost(rank int, pushes int64) {
+	if m == nil {
+		return
+	}
+	m.stateLost.WithLabelValues(fmt.Sprint(rank)).Add(float64(pushes))
+}
+
+// ViewChange counts a view of a managed job taken.
+func (m *Metrics) ViewChange() {
+	if m != nil {
+		m.viewChanges.Inc()
+	}
+}
+
+// RangeCopied counts a key range copied to join its chain.
+func (m *Metrics) RangeCopied() {
+	if m != nil {
+		m.rangesCopied.Inc()
+	}
 }
 
 // WorkerRequest counts a KV request sent by a worker.

@@ -95,6 +95,18 @@ type Config struct {
 	// Curve, when set (PS_CURVE_PUBLIC_KEY and PS_CURVE_SECRET_KEY, the
 	// job's key pair in Z85), encrypts and authenticates every connection.
 	Curve *van.CurveKeys
+	// Replicas is PS_REPLICAS: how many servers hold each key range besides
+	// its head (default 0). With Replicas or CheckpointDir the job is
+	// managed (see docs/REPLICATION.md); every node must have the same.
+	Replicas int
+	// CheckpointDir is PS_CHECKPOINT_DIR: where servers write snapshots of
+	// their stores (Checkpoint, CheckpointInterval), and where a job
+	// launched again resumes from.
+	CheckpointDir string
+	// CheckpointInterval is PS_CHECKPOINT_INTERVAL (seconds, default 0:
+	// only when a worker asks): how often the scheduler has every server
+	// write a snapshot.
+	CheckpointInterval time.Duration
 	// VanType is DMLC_PS_VAN_TYPE: "zmtp" (ZeroMQ's wire protocol spoken
 	// in Go, see van/zmtptransport; no CURVE) or "zmq" (ZeroMQ through
 	// libzmq and pebbe/zmq4). Unset, it is "zmtp", or "zmq" when CURVE
@@ -102,6 +114,11 @@ type Config struct {
 	// mix with each other and with C++ ps-lite's zmq van in one job.
 	VanType string
 }
+
+// Managed reports whether the job is managed: servers' key ranges are
+// replicated (Replicas) or written to disk (CheckpointDir), and the
+// scheduler's views say which servers hold each.
+func (c *Config) Managed() bool { return c.Replicas > 0 || c.CheckpointDir != "" }
 
 // ErrConfig wraps every configuration error.
 var ErrConfig = errors.New("postoffice: bad configuration")
@@ -179,6 +196,12 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	c.ResendMaxRetry = intVar("PS_RESEND_MAX_RETRY", 0, 0, 1<<20, false)
 	c.PoisonLent = intVar("PS_POISON_LENT", 0, 0, 1, false) != 0
 	c.KeepRecvMemory = intVar("PS_KEEP_RECV_MEMORY", 1, 0, 1, false) != 0
+	c.Replicas = intVar("PS_REPLICAS", 0, 0, 16, false)
+	c.CheckpointDir = get("PS_CHECKPOINT_DIR")
+	c.CheckpointInterval = time.Duration(intVar("PS_CHECKPOINT_INTERVAL", 0, 0, 1<<20, false)) * time.Second
+	if c.CheckpointInterval > 0 && c.CheckpointDir == "" {
+		errs = append(errs, "PS_CHECKPOINT_INTERVAL needs PS_CHECKPOINT_DIR")
+	}
 	if pub, sec := get("PS_CURVE_PUBLIC_KEY"), get("PS_CURVE_SECRET_KEY"); pub != "" || sec != "" {
 		keys := van.CurveKeys{Public: pub, Secret: sec}
 		if err := keys.Check(); err != nil {

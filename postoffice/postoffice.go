@@ -76,6 +76,8 @@ type Postoffice struct {
 	ranges []Range
 	groups map[int][]int
 
+	managed managedState // see managed.go
+
 	finalizeOnce sync.Once
 
 	metrics   *metrics.Metrics // nil when off
@@ -107,6 +109,7 @@ func New(cfg Config, opts ...Option) (*Postoffice, error) {
 		ranges:    KeyRanges(cfg.NumServers),
 		groups:    make(map[int][]int),
 	}
+	p.managed.init()
 	for g := 1; g <= 7; g++ {
 		p.groups[g], _ = message.GroupMembers(g, cfg.NumServers, cfg.NumWorkers)
 	}
@@ -154,25 +157,28 @@ func New(cfg Config, opts ...Option) (*Postoffice, error) {
 		recoveryWait = 0
 	}
 	v, err := van.New(van.Config{
-		Role:              cfg.Role,
-		NumServers:        cfg.NumServers,
-		NumWorkers:        cfg.NumWorkers,
-		SchedulerHost:     cfg.SchedulerHost,
-		SchedulerPort:     cfg.SchedulerPort,
-		Host:              host,
-		Port:              cfg.Port,
-		BindRetries:       40,
-		HeartbeatInterval: cfg.HeartbeatInterval,
-		HeartbeatTimeout:  cfg.HeartbeatTimeout,
-		RecoveryWait:      recoveryWait,
-		DropRate:          cfg.DropRate,
-		SetRankEnv:        cfg.SetRankEnv,
-		Resend:            cfg.Resend,
-		ResendTimeout:     cfg.ResendTimeout,
-		ResendMaxRetry:    cfg.ResendMaxRetry,
-		ResendGiveUp:      cfg.ResendGiveUp,
-		Clock:             o.clock,
-		Metrics:           p.metrics,
+		Role:               cfg.Role,
+		NumServers:         cfg.NumServers,
+		NumWorkers:         cfg.NumWorkers,
+		SchedulerHost:      cfg.SchedulerHost,
+		SchedulerPort:      cfg.SchedulerPort,
+		Host:               host,
+		Port:               cfg.Port,
+		BindRetries:        40,
+		HeartbeatInterval:  cfg.HeartbeatInterval,
+		HeartbeatTimeout:   cfg.HeartbeatTimeout,
+		RecoveryWait:       recoveryWait,
+		DropRate:           cfg.DropRate,
+		SetRankEnv:         cfg.SetRankEnv,
+		Resend:             cfg.Resend,
+		ResendTimeout:      cfg.ResendTimeout,
+		ResendMaxRetry:     cfg.ResendMaxRetry,
+		ResendGiveUp:       cfg.ResendGiveUp,
+		Clock:              o.clock,
+		Metrics:            p.metrics,
+		Managed:            cfg.Managed(),
+		Replicas:           cfg.Replicas,
+		CheckpointInterval: cfg.CheckpointInterval,
 	}, tr, (*handler)(p), log)
 	if err != nil {
 		tr.Close()
@@ -265,6 +271,9 @@ func (p *Postoffice) Start(ctx context.Context, customerID int, doBarrier bool) 
 		defer cancel()
 	}
 	if err := p.van.Start(ctx, customerID); err != nil {
+		return err
+	}
+	if err := p.startManaged(ctx); err != nil {
 		return err
 	}
 	if doBarrier && !p.IsRecovery() { // the others are past their start barrier
@@ -457,6 +466,18 @@ func dataBytes(msg *message.Message) int {
 		n += len(f)
 	}
 	return n
+}
+
+// Idle reports whether every customer of the node has nothing to do (see
+// customer.Customer.Idle): tests on a fake clock wait for it, with the
+// network settled, before moving time.
+func (p *Postoffice) Idle() bool {
+	for _, c := range p.allCustomers() {
+		if !c.Idle() {
+			return false
+		}
+	}
+	return true
 }
 
 // HeldMessages returns how many received messages wait for customers that

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/gopslite/pslite/message"
+	"github.com/gopslite/pslite/replica"
 )
 
 // Range is a range of keys [Begin, End). The last range of a job also holds
@@ -44,11 +45,8 @@ func KeyRanges(n int) []Range {
 		return nil
 	}
 	rs := make([]Range, n)
-	step := message.MaxKey / uint64(n)
 	for i := range rs {
-		rs[i] = Range{Begin: step * uint64(i), End: step * uint64(i+1)}
+		rs[i].Begin, rs[i].End, rs[i].Last = replica.KeyRange(i, n)
 	}
-	rs[n-1].End = message.MaxKey
-	rs[n-1].Last = true
 	return rs
 }

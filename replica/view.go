@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/gopslite/pslite/message"
 )
 
 // View says which servers hold each key range and in what order. The
@@ -327,4 +329,30 @@ func (d *decoder) ranks(n int) []int {
 		out = append(out, r)
 	}
 	return out
+}
+
+// KeyRange returns the keys of range r in a job of n servers, as C++
+// ps-lite splits them (server r starts at MaxKey/n*r), except that the last
+// range also holds MaxKey, so that no key falls outside every range
+// (upstream drops the keys above MaxKey/n*n). End is exclusive but for the
+// last range (last true), which holds End too.
+func KeyRange(r, n int) (begin, end uint64, last bool) {
+	step := message.MaxKey / uint64(n)
+	begin, end = step*uint64(r), step*uint64(r+1)
+	if r == n-1 {
+		end, last = message.MaxKey, true
+	}
+	return begin, end, last
+}
+
+// RangeString describes range r of n servers: "range 1 [6148914691236517205, 12297829382473034410)".
+func RangeString(r, n int) string {
+	if n <= 0 || r < 0 || r >= n {
+		return fmt.Sprintf("range %d", r)
+	}
+	b, e, last := KeyRange(r, n)
+	if last {
+		return fmt.Sprintf("range %d [%d, %d]", r, b, e)
+	}
+	return fmt.Sprintf("range %d [%d, %d)", r, b, e)
 }

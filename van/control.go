@@ -115,14 +115,18 @@ func (v *Van) noteLocked(e control.Event) bool {
 			// Its messages are numbered afresh: they are no duplicates of
 			// its predecessor's.
 			r.r.ForgetSender(int32(e.ID))
-			return true // and what its predecessor left unanswered goes to it
 		}
-		return false
+		return true // (and what its predecessor left unanswered goes to it)
 	case control.EventFailed:
 		err := e.Err
 		v.failErr.Store(&err)
 		close(v.failed)
 		v.cancel()
+		return true
+	case control.EventView:
+		v.view.Store(e.View)
+		return true
+	case control.EventCut, control.EventCommitted:
 		return true
 	}
 	return false // the core logged it
@@ -139,9 +143,15 @@ func (v *Van) notify(events []control.Event) {
 		case control.EventFailed:
 			v.handler.HandleFailure(e.Err)
 		case control.EventNodeReplaced:
+			// The layers above first: a worker whose request went to the
+			// replaced node's range elsewhere cancels it here before it is
+			// sent again to the replacement.
+			v.handler.HandleEvent(e)
 			if r := v.res.Load(); r != nil {
 				r.reawait(e.ID)
 			}
+		case control.EventView, control.EventCut, control.EventCommitted:
+			v.handler.HandleEvent(e)
 		}
 	}
 }

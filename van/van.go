@@ -14,6 +14,7 @@ import (
 
 	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/metrics"
+	"github.com/gopslite/pslite/replica"
 	"github.com/gopslite/pslite/van/control"
 )
 
@@ -81,6 +82,13 @@ type Config struct {
 	ResendMaxRetry int
 	// Clock runs the protocol's timers; nil is the system clock.
 	Clock Clock
+	// Managed makes the job managed (PS_REPLICAS or PS_CHECKPOINT_DIR):
+	// see control.Config.Managed.
+	Managed bool
+	// Replicas is PS_REPLICAS (a managed job's scheduler decides).
+	Replicas int
+	// CheckpointInterval is PS_CHECKPOINT_INTERVAL, at the scheduler.
+	CheckpointInterval time.Duration
 }
 
 // LendingHandler is a Handler whose HandleData takes messages with lent
@@ -113,6 +121,11 @@ type Handler interface {
 	// ErrJobFailed and names the node lost): nothing will complete any
 	// more.
 	HandleFailure(err error)
+	// HandleEvent is called for the control protocol's events the layers
+	// above act on: a new view (control.EventView), a snapshot to cut or
+	// complete (EventCut, EventCommitted), a node replaced
+	// (EventNodeReplaced). It must not block.
+	HandleEvent(e control.Event)
 }
 
 // HandoverWindow is how long after a node's replacement the receiving
@@ -171,6 +184,7 @@ type Van struct {
 	core  *control.Core
 
 	myNode atomic.Pointer[message.Node]
+	view   atomic.Pointer[replica.View]
 
 	dropRate atomic.Int32       // percent of received messages to drop once ready
 	batcher  Batcher            // tr, when it is one; else nil
@@ -237,21 +251,24 @@ func New(cfg Config, tr Transport, h Handler, log zerolog.Logger) (*Van, error) 
 	v.lender, _ = tr.(Lender)
 	_, connEvents := tr.(ConnectionReporter)
 	core, err := control.New(control.Config{
-		Role:              cfg.Role,
-		NumServers:        cfg.NumServers,
-		NumWorkers:        cfg.NumWorkers,
-		SchedulerHost:     cfg.SchedulerHost,
-		SchedulerPort:     cfg.SchedulerPort,
-		Host:              host,
-		Port:              port,
-		HeartbeatInterval: cfg.HeartbeatInterval,
-		HeartbeatTimeout:  cfg.HeartbeatTimeout,
-		ConnEvents:        connEvents,
-		Resend:            cfg.Resend,
-		ConnGrace:         cfg.ConnGrace,
-		RecoveryWait:      cfg.RecoveryWait,
-		NextTimestamp:     v.NextTimestamp,
-		Log:               log,
+		Role:               cfg.Role,
+		NumServers:         cfg.NumServers,
+		NumWorkers:         cfg.NumWorkers,
+		SchedulerHost:      cfg.SchedulerHost,
+		SchedulerPort:      cfg.SchedulerPort,
+		Host:               host,
+		Port:               port,
+		HeartbeatInterval:  cfg.HeartbeatInterval,
+		HeartbeatTimeout:   cfg.HeartbeatTimeout,
+		ConnEvents:         connEvents,
+		Resend:             cfg.Resend,
+		ConnGrace:          cfg.ConnGrace,
+		RecoveryWait:       cfg.RecoveryWait,
+		Managed:            cfg.Managed,
+		Replicas:           cfg.Replicas,
+		CheckpointInterval: cfg.CheckpointInterval,
+		NextTimestamp:      v.NextTimestamp,
+		Log:                log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("van: %w", err)
@@ -480,6 +497,49 @@ func closed(ch <-chan struct{}) bool {
 // turn resending on: without it, a dropped request or answer is never
 // recovered.
 func (v *Van) SetDropRate(percent int) { v.dropRate.Store(int32(min(max(percent, 0), 100))) }
+
+// View returns the view of a managed job this node follows (nil before
+// the first, and in an unmanaged job); at the scheduler, a copy of the
+// view it makes.
+func (v *Van) View() *replica.View {
+	if v.cfg.Role == message.RoleScheduler {
+		v.ctlMu.Lock()
+		defer v.ctlMu.Unlock()
+		if cv := v.core.View(); cv != nil {
+			return cv.Clone()
+		}
+		return nil
+	}
+	return v.view.Load()
+}
+
+// Abort fails the job with err, a fault found above the van: every node
+// stops, naming it (see control.Core.Abort). err should wrap ErrJobFailed.
+func (v *Van) Abort(err error) {
+	v.step(func(c *control.Core, now time.Time) []control.Output { return c.Abort(err) })
+}
+
+// Report sends a notice of kind with text to the scheduler (a server's
+// hello or report, say).
+func (v *Van) Report(kind control.NoticeKind, text string) {
+	v.step(func(c *control.Core, now time.Time) []control.Output { return c.Notice(message.Scheduler, kind, text) })
+}
+
+// Checkpoint asks the scheduler for a snapshot of every server's store,
+// with meta stored next to it; the answer comes as an EventCommitted with
+// RequestID id.
+func (v *Van) Checkpoint(id int32, meta string) {
+	v.step(func(c *control.Core, now time.Time) []control.Output { return c.Checkpoint(id, meta) })
+}
+
+// CancelResend forgets the request of app appID with timestamp ts for key
+// range rg (-1: untagged) sent to node to, when resending is on: it went
+// elsewhere instead.
+func (v *Van) CancelResend(appID, to, ts, rg int) {
+	if r := v.res.Load(); r != nil {
+		r.r.Cancel(int32(appID), v.MyNode().ID, int32(to), int32(ts), rg)
+	}
+}
 
 // Stats returns the bytes sent and received so far.
 func (v *Van) Stats() (sent, received int64) { return v.sendBytes.Load(), v.recvBytes.Load() }

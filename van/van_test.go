@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/gopslite/pslite/message"
+	"github.com/gopslite/pslite/van/control"
 )
 
 func TestParseIdentity(t *testing.T) {
@@ -87,4 +88,5 @@ func (nopHandler) HandleBarrierDone(*message.Message) {}
 
 func (nopHandler) HandleSendFailure(*message.Message, error) {}
 func (nopHandler) HandleNodeDown(int)                        {}
+func (nopHandler) HandleEvent(control.Event)                 {}
 func (nopHandler) HandleFailure(error)                       {}

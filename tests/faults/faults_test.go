@@ -65,6 +65,9 @@ type env struct {
 	tweak func(*postoffice.Config)
 
 	workers []*workerRun
+	extra   []*postoffice.Postoffice // replacements started by the test
+	// acceptLoss makes the workers accept losing state (AcceptStateLoss).
+	acceptLoss bool
 }
 
 func newEnv(t *testing.T, servers, workers int, tweak func(*postoffice.Config)) *env {
@@ -84,7 +87,7 @@ func (e *env) serve(p *postoffice.Postoffice) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if err := s.SetRequestHandle(kv.NewDefaultHandle[int64]().Handle); err != nil {
+	if err := s.SetStore(kv.NewDefaultHandle[int64]()); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -96,16 +99,44 @@ func (e *env) advance(d time.Duration) {
 	e.t.Helper()
 	for end := e.clock.Now().Add(d); e.clock.Now().Before(end); {
 		e.clock.Advance(step)
+		e.settle()
+		for _, r := range e.workers {
+			e.waitReal("a worker to wait on the job", r.blocked)
+		}
+	}
+}
+
+// settle waits until the network has delivered what it can and every
+// node's customers are idle (views, copies and answers handled on
+// customer goroutines, which the network does not see), and stays so.
+func (e *env) settle() {
+	e.t.Helper()
+	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := e.net.Settle(ctx)
 		cancel()
 		if err != nil {
 			e.t.Fatalf("the network does not settle: %v", err)
 		}
-		for _, r := range e.workers {
-			e.waitReal("a worker to wait on the job", r.blocked)
+		e.waitReal("every node's customers to be idle", e.idle)
+		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+		err = e.net.Settle(ctx)
+		cancel()
+		if err == nil && e.idle() {
+			return
 		}
 	}
+}
+
+// idle reports whether every node of the job has nothing queued for its
+// customers.
+func (e *env) idle() bool {
+	for _, p := range append(e.c.All(), e.extra...) {
+		if !p.Idle() {
+			return false
+		}
+	}
+	return true
 }
 
 // registered waits, in real time, until node p has sent its registration:
@@ -129,7 +160,7 @@ func (e *env) within(limit time.Duration, what string, cond func() bool) time.Du
 			buf := make([]byte, 1<<20)
 			n := runtime.Stack(buf, true)
 			e.t.Logf("%s", buf[:n])
-			e.t.Fatalf("%s: not within %v", what, limit)
+			e.t.Fatalf("%s: not within %v (view: %s)", what, limit, e.c.Scheduler.View())
 		}
 		e.advance(step)
 	}
@@ -188,10 +219,12 @@ type workerRun struct {
 	done    chan struct{}
 	err     error   // the first error, once done
 	counts  []int64 // pulled, per server rank
+	// acceptLoss makes the worker accept losing state (AcceptStateLoss).
+	acceptLoss bool
 }
 
 func (e *env) startWorker(p *postoffice.Postoffice) *workerRun {
-	r := &workerRun{p: p, stop: make(chan struct{}), done: make(chan struct{})}
+	r := &workerRun{p: p, stop: make(chan struct{}), done: make(chan struct{}), acceptLoss: e.acceptLoss}
 	r.ts.Store(-1)
 	go func() {
 		defer close(r.done)
@@ -211,6 +244,9 @@ func (r *workerRun) run() error {
 	w, err := kv.NewKVWorker[int64](r.p, 0, 0)
 	if err != nil {
 		return err
+	}
+	if r.acceptLoss {
+		w.AcceptStateLoss()
 	}
 	r.w.Store(w)
 	ranges := r.p.ServerKeyRanges()
@@ -477,11 +513,41 @@ func TestServerKilled(t *testing.T) {
 	}
 }
 
-// Row: a server killed and restarted: the replacement takes its id
-// (starting empty), the workers' requests are resent to it, and the job
-// completes; the server that lived holds every round exactly once.
-func TestServerRestarted(t *testing.T) {
+// Row: a server killed and restarted, no replicas: the replacement takes
+// its id with an empty store. What the workers pushed to it is gone, so
+// the job stops, naming the server, its keys and the pushes lost (never a
+// plain success).
+func TestServerRestartedLosesState(t *testing.T) {
 	e := newEnv(t, 2, 1, both(heartbeats(hbTimeout), resend))
+	e.startWorkers()
+	e.waitRounds(3)
+	victim := e.c.Servers[1]
+	e.kill(victim)
+	repl := e.c.NewNode(message.RoleServer, nil)
+	go repl.Start(context.Background(), 0, true)
+	e.registered(repl)
+	survivors := append(without(e.c.All(), victim), repl)
+	took := e.within(bound, "every node fails", allFailed(survivors))
+	t.Logf("every node failed %v after the kill", took)
+	for _, p := range survivors {
+		err := p.Err()
+		if !strings.Contains(err.Error(), "server 1's state was lost") || !strings.Contains(err.Error(), "pushes this worker made to it") {
+			t.Errorf("%s: %v, want the loss of server 1's state named", name(p), err)
+		}
+	}
+	<-e.workers[0].done
+	if err := e.workers[0].err; !errors.Is(err, kv.ErrStateLost) {
+		t.Errorf("the worker ended with %v, want kv.ErrStateLost", err)
+	}
+}
+
+// Row: a server killed and restarted, no replicas, in a program that
+// accepts losing state (kv.KVWorker.AcceptStateLoss): the job completes;
+// the worker knows exactly how many of its pushes the restart lost, and
+// the replacement holds exactly the rest.
+func TestServerRestartedAcceptingLoss(t *testing.T) {
+	e := newEnv(t, 2, 1, both(heartbeats(hbTimeout), resend))
+	e.acceptLoss = true
 	e.startWorkers()
 	e.waitRounds(3)
 	victim := e.c.Servers[1]
@@ -499,15 +565,21 @@ func TestServerRestarted(t *testing.T) {
 	e.within(bound, "rounds go on", func() bool {
 		return e.workers[0].rounds.Load() > after+3
 	})
+	w := e.workers[0]
+	kw := w.w.Load()
 	errs := e.finish(e.c.Servers[0], repl)
 	for n, err := range errs {
 		if err != nil {
 			t.Errorf("%s: %v", n, err)
 		}
 	}
-	w := e.workers[0]
-	if len(w.counts) != 2 || w.counts[0] != w.rounds.Load() || w.counts[1] < 1 || w.counts[1] >= w.rounds.Load() {
-		t.Errorf("counts %v after %d rounds: want all on server 0, some on the replacement", w.counts, w.rounds.Load())
+	var lost *kv.StateLostError
+	if err := kw.StateLoss(); !errors.As(err, &lost) || lost.Server != 1 || lost.Pushes < 1 {
+		t.Fatalf("StateLoss() = %v, want server 1's pushes lost", err)
+	}
+	rounds := w.rounds.Load()
+	if len(w.counts) != 2 || w.counts[0] != rounds || w.counts[1] != rounds-lost.Pushes {
+		t.Errorf("counts %v after %d rounds, %d lost on server 1: want [%d %d]", w.counts, rounds, lost.Pushes, rounds, rounds-lost.Pushes)
 	}
 }
 

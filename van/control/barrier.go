@@ -100,12 +100,12 @@ func (c *Core) checkBarrier(o *out, group int) {
 	members := c.members(group)
 	need, have := 0, 0
 	for _, id := range members {
-		if p := c.peers[c.process(id)]; p == nil || !p.left {
+		if p := c.peers[c.process(id)]; p == nil || !p.gone() {
 			need++
 		}
 	}
 	for k := range set {
-		if p := c.peers[int(k.sender)]; p == nil || !p.left {
+		if p := c.peers[int(k.sender)]; p == nil || !p.gone() {
 			have++
 		}
 	}
@@ -125,7 +125,7 @@ func (c *Core) checkBarrier(o *out, group int) {
 		if _, shared := c.shared[id]; shared {
 			continue
 		}
-		if p := c.peers[id]; p != nil && p.left {
+		if p := c.peers[id]; p != nil && p.gone() {
 			continue
 		}
 		res := message.New()

@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gopslite/pslite/message"
+	"github.com/gopslite/pslite/replica"
 )
 
 const empty = message.Empty
@@ -58,6 +59,16 @@ type Config struct {
 	// declares the job failed. Zero fails the job at once (a replacement
 	// already waiting still takes the place).
 	RecoveryWait time.Duration
+	// Managed makes the job managed (PS_REPLICAS or PS_CHECKPOINT_DIR): the
+	// scheduler makes views of which servers hold each key range, and every
+	// server and worker follows them (see views.go).
+	Managed bool
+	// Replicas is how many servers hold each key range besides its head
+	// (PS_REPLICAS), in a managed job.
+	Replicas int
+	// CheckpointInterval, at a managed job's scheduler, takes a snapshot of
+	// every server's store this often (0: only when asked).
+	CheckpointInterval time.Duration
 	// NextTimestamp returns the timestamp of each message the core makes;
 	// nil numbers them from 0.
 	NextTimestamp func() int32
@@ -76,7 +87,10 @@ func (cfg *Config) check() error {
 	if cfg.SchedulerHost == "" || cfg.SchedulerPort <= 0 || cfg.SchedulerPort > 65535 {
 		errs = append(errs, fmt.Errorf("invalid scheduler address %q:%d", cfg.SchedulerHost, cfg.SchedulerPort))
 	}
-	if cfg.HeartbeatInterval < 0 || cfg.HeartbeatTimeout < 0 || cfg.RecoveryWait < 0 || cfg.ConnGrace < 0 || cfg.ConnectTimeout < 0 {
+	if cfg.Replicas < 0 || cfg.Replicas > 0 && !cfg.Managed {
+		errs = append(errs, fmt.Errorf("%d replicas in an unmanaged job", cfg.Replicas))
+	}
+	if cfg.HeartbeatInterval < 0 || cfg.HeartbeatTimeout < 0 || cfg.RecoveryWait < 0 || cfg.ConnGrace < 0 || cfg.ConnectTimeout < 0 || cfg.CheckpointInterval < 0 {
 		errs = append(errs, errors.New("negative durations"))
 	}
 	if cfg.HeartbeatInterval > 0 && cfg.HeartbeatTimeout <= cfg.HeartbeatInterval {
@@ -176,9 +190,18 @@ const (
 	EventNodeReplaced
 	// EventFailed: the job failed; Err says why.
 	EventFailed
+	// EventView: a server or worker of a managed job has a new View.
+	EventView
+	// EventCut: a server is asked to cut snapshot Gen (Text: the meta to
+	// store with it).
+	EventCut
+	// EventCommitted: snapshot Gen is complete (at a server, or at the
+	// worker whose request RequestID asked for it; Gen 0: refused, Text
+	// says why).
+	EventCommitted
 )
 
-var eventNames = [...]string{"", "ready", "barrier-done", "peer-down", "peer-up", "node-dead", "node-back", "node-replaced", "failed"}
+var eventNames = [...]string{"", "ready", "barrier-done", "peer-down", "peer-up", "node-dead", "node-back", "node-replaced", "failed", "view", "cut", "committed"}
 
 func (t EventType) String() string {
 	if t > 0 && int(t) < len(eventNames) {
@@ -189,11 +212,15 @@ func (t EventType) String() string {
 
 // Event is something the node's user is told.
 type Event struct {
-	Type EventType
-	ID   int
-	Node message.Node
-	Msg  *message.Message
-	Err  error
+	Type      EventType
+	ID        int
+	Node      message.Node
+	Msg       *message.Message
+	Err       error
+	View      *replica.View // EventView
+	Gen       uint64        // EventCut, EventCommitted
+	RequestID int32         // EventCommitted
+	Text      string        // EventCut, EventCommitted
 }
 
 // Core is one node's control protocol. It is not safe for concurrent use:
@@ -224,6 +251,21 @@ type Core struct {
 	lastBarrier [8]*message.Message    // the last request counted per group
 	waiting     []waiter
 	refusals    int // ADD_NODE requests refused
+
+	// Managed jobs (views.go). The scheduler's:
+	planner    *replica.Planner
+	hellos     map[int]string          // servers that said hello, with what they have on disk
+	viewSent   bool                    // the first view went out
+	viewsSince time.Time               // when the job filled up
+	lostSince  map[int]time.Time       // ranges no server holds, since when
+	nextGen    uint64                  // the last snapshot started
+	lastCut    time.Time               // when the last periodic snapshot started
+	cuts       map[uint64]map[int]bool // snapshots in progress: ranges written
+	cutWaiters map[uint64][]cutRequest
+	// A server's or worker's:
+	view  *replica.View
+	nodes []message.Node // the job's nodes, from the scheduler's list
+	mesh  bool           // servers are connected to each other
 }
 
 // New returns the core of the node cfg describes.
@@ -232,13 +274,15 @@ func New(cfg Config) (*Core, error) {
 		return nil, err
 	}
 	c := &Core{
-		cfg:       cfg,
-		log:       cfg.Log,
-		peers:     map[int]*peer{},
-		connected: map[int]string{},
-		links:     map[int]*linkState{},
-		byAddr:    map[string]int{},
-		shared:    map[int]int{},
+		cfg:        cfg,
+		log:        cfg.Log,
+		peers:      map[int]*peer{},
+		connected:  map[int]string{},
+		links:      map[int]*linkState{},
+		byAddr:     map[string]int{},
+		shared:     map[int]int{},
+		cuts:       map[uint64]map[int]bool{},
+		cutWaiters: map[uint64][]cutRequest{},
 	}
 	c.sched = message.Node{Role: message.RoleScheduler, ID: message.Scheduler, Hostname: cfg.SchedulerHost, Port: int32(cfg.SchedulerPort)}
 	if cfg.Role == message.RoleScheduler {

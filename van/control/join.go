@@ -83,6 +83,7 @@ func (c *Core) nodeList(o *out, msg *message.Message, now time.Time) {
 		return
 	}
 	nodes := msg.Meta.Control.Nodes
+	c.rememberNodes(nodes)
 	if c.me.ID == empty {
 		for _, n := range nodes {
 			if n.Hostname != c.me.Hostname || n.Port != c.me.Port {
@@ -118,8 +119,8 @@ func (c *Core) nodeList(o *out, msg *message.Message, now time.Time) {
 		if !validID(id, n.Role) {
 			continue
 		}
-		if n.Role == c.me.Role && n.ID != c.me.ID {
-			continue // workers do not talk to workers, nor servers to servers
+		if n.Role == c.me.Role && n.ID != c.me.ID && !(c.mesh && n.Role == message.RoleServer) {
+			continue // workers do not talk to workers, nor servers to servers (unless they replicate)
 		}
 		if old, ok := c.connected[id]; ok && old == n.Addr() && !n.IsRecovery {
 			continue
@@ -232,6 +233,7 @@ func (c *Core) assignIDs(o *out, now time.Time) {
 	}
 	c.log.Info().Int("servers", servers).Int("workers", workers).Msg("all nodes registered")
 	c.phase = PhaseReady
+	c.startViews(now)
 	o.notify(Event{Type: EventReady, Node: c.me})
 }
 
@@ -369,6 +371,24 @@ func (c *Core) replace(o *out, id int, n message.Node, now time.Time) {
 		c.registered[i].IsRecovery = false
 	}
 	o.notify(Event{Type: EventNodeReplaced, ID: id, Node: n})
+	c.serverReplaced(o, id)
+}
+
+// rememberNodes keeps, at a server or worker, the job's nodes from the
+// scheduler's lists (servers connect to each other only once a view says
+// that ranges are replicated).
+func (c *Core) rememberNodes(nodes []message.Node) {
+	for _, n := range nodes {
+		if n.ID == empty {
+			continue
+		}
+		i := slices.IndexFunc(c.nodes, func(m message.Node) bool { return m.ID == n.ID })
+		if i < 0 {
+			c.nodes = append(c.nodes, n)
+		} else {
+			c.nodes[i] = n
+		}
+	}
 }
 
 // RegistrationStatus says, at the scheduler, which nodes have registered

@@ -23,8 +23,13 @@ type peer struct {
 	dead      bool
 	deadSince time.Time
 	cause     string // how it was found dead
+	covered   bool   // dead, but the job goes on without it (its ranges are held elsewhere)
 	left      bool   // it announced that it stops
 }
+
+// gone reports whether the job goes on without p: it left, or it is dead
+// and its ranges are held by other servers. Barriers do not wait for it.
+func (p *peer) gone() bool { return p.left || p.dead && p.covered }
 
 // linkState is a server's or worker's view of its connection to a peer
 // (not the scheduler).
@@ -52,8 +57,26 @@ func (c *Core) heartbeat(o *out, msg *message.Message, now time.Time) {
 		if p := c.peers[message.Scheduler]; p != nil {
 			p.lastHeard = now
 		}
-		if isNotice && kind == NoticeAbort {
+		if !isNotice {
+			return
+		}
+		switch kind {
+		case NoticeAbort:
 			c.fail(o, &AbortError{By: message.Scheduler, Reason: text})
+		case NoticeEvict:
+			c.fail(o, &EvictedError{Reason: text})
+		case NoticeView:
+			if c.phase == PhaseReady {
+				c.takeView(o, text, now)
+			}
+		case NoticeCut:
+			if gen, meta, err := ParseCut(text); err == nil && c.phase == PhaseReady {
+				o.notify(Event{Type: EventCut, Gen: gen, Text: meta})
+			}
+		case NoticeCommitted:
+			if gen, id, why, err := ParseCommitted(text); err == nil {
+				o.notify(Event{Type: EventCommitted, Gen: gen, RequestID: id, Text: why})
+			}
 		}
 		return
 	}
@@ -69,6 +92,7 @@ func (c *Core) heartbeat(o *out, msg *message.Message, now time.Time) {
 		for g := 1; g < len(c.barriers); g++ {
 			c.checkBarrier(o, g)
 		}
+		c.serverDead(o, int(p.node.ID), now) // its ranges move on
 		return
 	}
 	if isNotice && kind == NoticeAbort && c.phase == PhaseReady {
@@ -76,6 +100,19 @@ func (c *Core) heartbeat(o *out, msg *message.Message, now time.Time) {
 		// blip).
 		c.fail(o, &AbortError{By: int(p.node.ID), Reason: text})
 		return
+	}
+	if isNotice && c.phase == PhaseReady && !p.dead {
+		switch kind {
+		case NoticeHello:
+			c.hello(o, sender, text)
+			return
+		case NoticeReport:
+			c.report(o, sender, text)
+			return
+		case NoticeCheckpoint:
+			c.checkpointRequest(o, sender, text)
+			return
+		}
 	}
 	if c.phase == PhaseFailed {
 		// It missed the abort (it was stopped or cut off): say it again.
@@ -99,6 +136,12 @@ func (c *Core) heartbeat(o *out, msg *message.Message, now time.Time) {
 // replaced or the job failed.
 func (c *Core) revive(o *out, p *peer) {
 	if !p.dead || c.phase != PhaseReady {
+		return
+	}
+	if c.planner != nil && p.node.Role == message.RoleServer {
+		// Its ranges moved on when it was found dead: its store is behind
+		// theirs for good.
+		c.evict(o, int(p.node.ID), fmt.Sprintf("found dead (%s) and its key ranges moved to other servers; start a new process to take its place", p.cause))
 		return
 	}
 	p.dead = false
@@ -261,6 +304,15 @@ func (c *Core) checkMembers(o *out, now time.Time) {
 			p.dead, p.deadSince, p.cause = true, now, cause
 			c.log.Warn().Str("node", p.node.String()).Str("cause", cause).Msg("node declared dead")
 			o.notify(Event{Type: EventNodeDead, ID: id, Node: p.node, Err: &NodeLostError{Node: p.node, Cause: cause}})
+			if c.serverDead(o, id, now) {
+				// Its ranges are held by other servers: the job goes on, and
+				// its place stays open for a replacement; barriers no
+				// longer wait for it.
+				p.covered = true
+				for g := 1; g < len(c.barriers); g++ {
+					c.checkBarrier(o, g)
+				}
+			}
 		}
 	}
 	// Waiting nodes take the places of dead ones, first come first served;
@@ -286,11 +338,18 @@ func (c *Core) checkMembers(o *out, now time.Time) {
 	c.waiting = waiting
 	for _, id := range ids {
 		p := c.peers[id]
-		if p.dead && now.Sub(p.deadSince) >= c.cfg.RecoveryWait {
+		if p.dead && !p.covered && now.Sub(p.deadSince) >= c.cfg.RecoveryWait {
+			if c.planner != nil && p.node.Role == message.RoleServer {
+				continue // checkViews names the key range lost
+			}
 			c.fail(o, &NodeLostError{Node: p.node, Cause: p.cause,
 				Outcome: fmt.Sprintf("no replacement joined within %v (PS_RECOVERY_WAIT)", c.cfg.RecoveryWait)})
 			return
 		}
+	}
+	c.checkViews(o, now)
+	if c.phase == PhaseReady {
+		c.tickCheckpoints(o, now)
 	}
 }
 
@@ -335,6 +394,22 @@ func (c *Core) fail(o *out, err error) {
 		o.send(NewNotice(id, NoticeAbort, abortReason(err), c.nextTS()))
 	}
 	o.notify(Event{Type: EventFailed, Err: err})
+}
+
+// Abort fails the job with err, found by this node's user (a store that
+// cannot restore its snapshot, a worker that lost pushes it did not accept
+// losing): its peers and the scheduler are told, and the scheduler stops
+// the job.
+func (c *Core) Abort(err error) []Output {
+	if c.phase != PhaseReady && c.phase != PhaseJoining {
+		return nil
+	}
+	var o out
+	c.fail(&o, err)
+	if !c.IsScheduler() {
+		o.send(NewNotice(message.Scheduler, NoticeAbort, abortReason(err), c.nextTS()))
+	}
+	return o
 }
 
 // abortReason is what an abort notice says of err: its cause, not who

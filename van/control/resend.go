@@ -1,6 +1,7 @@
 package control
 
 import (
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"sync"
@@ -26,6 +27,39 @@ func MsgSig(appID, sender, recver, timestamp int32, request bool) uint64 {
 	sig |= uint64(int64(int32(uint32(timestamp) << 1)))
 	if request {
 		sig |= 1
+	}
+	return sig
+}
+
+// TaggedRange returns the key range a Go node's KV message names in its
+// body ("pslite:T", "pslite:G" or "pslite:D" then the range as a uvarint:
+// see package kv), or -1. A worker of a managed job may send parts of one
+// request for two ranges to one server (a server that took over a range),
+// under one timestamp: their signatures must differ.
+func TaggedRange(body []byte) int {
+	const prefix = "pslite:"
+	if len(body) < len(prefix)+2 || string(body[:len(prefix)]) != prefix {
+		return -1
+	}
+	switch body[len(prefix)] {
+	case 'T', 'G', 'D':
+	default:
+		return -1
+	}
+	r, n := binary.Uvarint(body[len(prefix)+1:])
+	if n <= 0 || r >= 1<<20 {
+		return -1
+	}
+	return int(r)
+}
+
+// sigOf returns msg's resend signature as sent by sender to recver:
+// MsgSig, as C++ ps-lite computes it, mixed with the key range of a
+// tagged message (which only Go nodes send and receive).
+func sigOf(msg *message.Message, sender, recver int32, request bool) uint64 {
+	sig := MsgSig(msg.Meta.AppID, sender, recver, msg.Meta.Timestamp, request)
+	if r := TaggedRange(msg.Meta.Body); r >= 0 {
+		sig ^= (uint64(r) + 1) * 0x9E3779B97F4A7C15
 	}
 	return sig
 }
@@ -298,7 +332,7 @@ func (r *Resender) Outgoing(msg *message.Message, myID int32, now time.Time) {
 		r.forget(msg)
 		return
 	}
-	sig := MsgSig(msg.Meta.AppID, myID, msg.Meta.Recver, msg.Meta.Timestamp, msg.Meta.Request)
+	sig := sigOf(msg, myID, msg.Meta.Recver, msg.Meta.Request)
 	size := 0
 	for _, f := range msg.Data {
 		size += len(f)
@@ -342,13 +376,13 @@ func (r *Resender) Incoming(msg *message.Message, now time.Time) (ack *message.M
 	if msg.Meta.Sender == empty || msg.Meta.Timestamp == empty {
 		return nil, false // a node without an id cannot be acknowledged
 	}
-	sig := MsgSig(msg.Meta.AppID, msg.Meta.Sender, msg.Meta.Recver, msg.Meta.Timestamp, msg.Meta.Request)
+	sig := sigOf(msg, msg.Meta.Sender, msg.Meta.Recver, msg.Meta.Request)
 	r.mu.Lock()
 	dup := !r.seen.add(sig)
 	if !msg.Meta.Request && !msg.Meta.IsControl() {
 		// A response: its request is done with (it also says the request
 		// arrived, should its ACK be late or lost).
-		req := MsgSig(msg.Meta.AppID, msg.Meta.Recver, msg.Meta.Sender, msg.Meta.Timestamp, true)
+		req := sigOf(msg, msg.Meta.Recver, msg.Meta.Sender, true)
 		if p, ok := r.sendBuf[req]; ok {
 			if !p.acked {
 				r.unacked--
@@ -486,6 +520,26 @@ func (r *Resender) DropTo(id int32) {
 		}
 	}
 	delete(r.lines, id)
+}
+
+// Cancel forgets the request with timestamp ts of app appID for key range
+// rg (-1: untagged) that this node (myID) sent to node to: its sender sent
+// it elsewhere (to another server of a replicated range), and it must not
+// reach to, or a replacement of to, any more.
+func (r *Resender) Cancel(appID, myID, to, ts int32, rg int) {
+	sig := MsgSig(appID, myID, to, ts, true)
+	if rg >= 0 {
+		sig ^= (uint64(rg) + 1) * 0x9E3779B97F4A7C15
+	}
+	r.mu.Lock()
+	defer r.unlock()
+	if p, ok := r.sendBuf[sig]; ok {
+		if !p.acked {
+			r.unacked--
+			r.leaveLineLocked(p, time.Time{})
+		}
+		r.dropLocked(sig, p)
+	}
 }
 
 // Due returns, at now, the messages to resend and those given up on (which

@@ -1,0 +1,243 @@
+package kv
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+
+	"github.com/gopslite/pslite/replica"
+)
+
+// The bodies of the KV messages Go nodes add for managed jobs
+// (docs/REPLICATION.md). A body starts with "pslite:" and a letter naming
+// its kind, then uvarints (zig-zag varints for signed fields). C++ ps-lite
+// never reads the body of a KV message, so tags on requests and answers
+// pass through C++ nodes unseen; the other kinds go only between Go
+// servers, or from a Go server to a Go worker that tagged its request.
+const (
+	bodyPrefix = "pslite:"
+	// kindTag, on a worker's request: the key range it is for and the
+	// epoch of the view the worker routed it by.
+	kindTag = 'T'
+	// kindAnswerTag, on a server's answer to a tagged request: the range,
+	// the snapshot gen the change was applied at, and whether it changed
+	// the store.
+	kindAnswerTag = 'G'
+	// kindRedirect, from a server to a worker (a request message of its
+	// own timestamp, not an answer): this server does not head the range
+	// in view epoch; send request ts to the head of a view at least that
+	// recent.
+	kindRedirect = 'D'
+	// kindForward, kindAck, kindSnapshot, kindRefuse: replica.Forward,
+	// replica.Ack, replica.Snapshot, a refusal, between servers.
+	kindForward  = 'F'
+	kindAck      = 'A'
+	kindSnapshot = 'S'
+	kindRefuse   = 'X'
+)
+
+// bodyKind returns the kind of a pslite body and its fields, or 0.
+func bodyKind(body []byte) (byte, []byte) {
+	if len(body) <= len(bodyPrefix) || !bytes.HasPrefix(body, []byte(bodyPrefix)) {
+		return 0, nil
+	}
+	k := body[len(bodyPrefix)]
+	switch k {
+	case kindTag, kindAnswerTag, kindRedirect, kindForward, kindAck, kindSnapshot, kindRefuse:
+		return k, body[len(bodyPrefix)+1:]
+	}
+	return 0, nil
+}
+
+// fields appends and reads the numbers of a body.
+type fields struct {
+	b   []byte
+	err error
+}
+
+func newBody(kind byte, hint int) *fields {
+	b := make([]byte, 0, len(bodyPrefix)+1+hint)
+	b = append(b, bodyPrefix...)
+	return &fields{b: append(b, kind)}
+}
+
+func (f *fields) u(x uint64) *fields { f.b = binary.AppendUvarint(f.b, x); return f }
+func (f *fields) i(x int64) *fields  { f.b = binary.AppendVarint(f.b, x); return f }
+
+var errShortBody = errors.New("kv: malformed pslite body")
+
+func (f *fields) getU() uint64 {
+	if f.err != nil {
+		return 0
+	}
+	x, n := binary.Uvarint(f.b)
+	if n <= 0 {
+		f.err = errShortBody
+		return 0
+	}
+	f.b = f.b[n:]
+	return x
+}
+
+func (f *fields) getI() int64 {
+	if f.err != nil {
+		return 0
+	}
+	x, n := binary.Varint(f.b)
+	if n <= 0 {
+		f.err = errShortBody
+		return 0
+	}
+	f.b = f.b[n:]
+	return x
+}
+
+// getRank reads a server rank or range below n.
+func (f *fields) getRank(n int) int {
+	x := f.getU()
+	if f.err == nil && x >= uint64(n) {
+		f.err = errShortBody
+	}
+	return int(x)
+}
+
+func (f *fields) getI32() int32 {
+	x := f.getI()
+	if f.err == nil && (x < -1<<31 || x >= 1<<31) {
+		f.err = errShortBody
+	}
+	return int32(x)
+}
+
+func tagBody(r int, epoch uint64) []byte { return newBody(kindTag, 8).u(uint64(r)).u(epoch).b }
+
+func answerTagBody(r int, gen uint64, changed bool) []byte {
+	c := uint64(0)
+	if changed {
+		c = 1
+	}
+	return newBody(kindAnswerTag, 8).u(uint64(r)).u(gen).u(c).b
+}
+
+func redirectBody(r int, epoch uint64, ts int32) []byte {
+	return newBody(kindRedirect, 12).u(uint64(r)).u(epoch).i(int64(ts)).b
+}
+
+// parseRedirect reads a redirect's range (below n), epoch and request
+// timestamp.
+func parseRedirect(p []byte, n int) (r int, epoch uint64, ts int32, err error) {
+	f := &fields{b: p}
+	r = f.getRank(n)
+	epoch = f.getU()
+	ts = f.getI32()
+	if f.err == nil && len(f.b) != 0 {
+		f.err = errShortBody
+	}
+	return r, epoch, ts, f.err
+}
+
+// forwardHeader is what a forward's body carries besides its data frames.
+type forwardHeader struct {
+	f          replica.Forward[struct{}]
+	cmd        int32
+	push, pull bool
+}
+
+func forwardBody(f *replica.Forward[struct{}], cmd int32, push, pull bool) []byte {
+	flags := uint64(0)
+	if push {
+		flags |= 1
+	}
+	if pull {
+		flags |= 2
+	}
+	b := newBody(kindForward, 48)
+	b.u(f.Epoch).u(uint64(f.From)).u(f.Inc).u(uint64(f.Range)).u(f.LSN).u(uint64(f.Kind)).u(f.Gen)
+	b.i(int64(f.Origin.Sender)).i(int64(f.Origin.Customer)).i(int64(f.Origin.TS)).i(int64(cmd)).u(flags)
+	return b.b
+}
+
+func parseForward(p []byte, n int) (forwardHeader, error) {
+	f := &fields{b: p}
+	var h forwardHeader
+	h.f.Epoch = f.getU()
+	h.f.From = f.getRank(n)
+	h.f.Inc = f.getU()
+	h.f.Range = f.getRank(n)
+	h.f.LSN = f.getU()
+	h.f.Kind = replica.EntryKind(f.getU())
+	h.f.Gen = f.getU()
+	h.f.Origin.Sender = f.getI32()
+	h.f.Origin.Customer = f.getI32()
+	h.f.Origin.TS = f.getI32()
+	h.cmd = f.getI32()
+	flags := f.getU()
+	h.push, h.pull = flags&1 != 0, flags&2 != 0
+	if f.err == nil && (h.f.Kind != replica.EntryRequest && h.f.Kind != replica.EntryCut || len(f.b) != 0) {
+		f.err = errShortBody
+	}
+	return h, f.err
+}
+
+func ackBody(a replica.Ack) []byte {
+	return newBody(kindAck, 24).u(a.Epoch).u(uint64(a.From)).u(a.Inc).u(uint64(a.Range)).u(a.Version).u(a.LSN).b
+}
+
+func parseAck(p []byte, n int) (replica.Ack, error) {
+	f := &fields{b: p}
+	var a replica.Ack
+	a.Epoch = f.getU()
+	a.From = f.getRank(n)
+	a.Inc = f.getU()
+	a.Range = f.getRank(n)
+	a.Version = f.getU()
+	a.LSN = f.getU()
+	if f.err == nil && len(f.b) != 0 {
+		f.err = errShortBody
+	}
+	return a, f.err
+}
+
+func snapshotBody(s *replica.Snapshot[struct{}]) []byte {
+	b := newBody(kindSnapshot, 32+24*len(s.Applied))
+	b.u(s.Epoch).u(uint64(s.From)).u(s.Inc).u(uint64(s.Range)).u(s.LSN).u(s.Gen)
+	b.b = replica.EncodeApplied(b.b, s.Applied)
+	return b.b
+}
+
+func parseSnapshot(p []byte, n int) (replica.Snapshot[struct{}], error) {
+	f := &fields{b: p}
+	var s replica.Snapshot[struct{}]
+	s.Epoch = f.getU()
+	s.From = f.getRank(n)
+	s.Inc = f.getU()
+	s.Range = f.getRank(n)
+	s.LSN = f.getU()
+	s.Gen = f.getU()
+	if f.err != nil {
+		return s, f.err
+	}
+	applied, rest, err := replica.DecodeApplied(f.b)
+	if err != nil || len(rest) != 0 {
+		return s, errShortBody
+	}
+	s.Applied = applied
+	return s, nil
+}
+
+func refuseBody(r int, epoch uint64) []byte { return newBody(kindRefuse, 8).u(uint64(r)).u(epoch).b }
+
+// parseTag reads a tag or an answer tag: a range below n and a number
+// (epoch or gen), and for an answer tag whether it changed the store.
+func parseTag(p []byte, n int, answer bool) (r int, x uint64, changed bool, err error) {
+	f := &fields{b: p}
+	r = f.getRank(n)
+	x = f.getU()
+	if answer {
+		changed = f.getU() == 1
+	}
+	if f.err == nil && len(f.b) != 0 {
+		f.err = errShortBody
+	}
+	return r, x, changed, f.err
+}

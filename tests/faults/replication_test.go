@@ -1,0 +1,173 @@
+package faults_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gopslite/pslite/message"
+	"github.com/gopslite/pslite/postoffice"
+)
+
+// Managed jobs (PS_REPLICAS): every key range on two servers. A server
+// lost costs no acknowledged push: the job goes on without it, and a
+// replacement copies its ranges back.
+
+func replicas(k int) func(*postoffice.Config) {
+	return func(c *postoffice.Config) { c.Replicas = k }
+}
+
+// exact finishes the job and checks that every worker's key on every range
+// holds exactly the rounds it pushed.
+func (e *env) exact(others ...*postoffice.Postoffice) {
+	e.t.Helper()
+	errs := e.finish(others...)
+	for n, err := range errs {
+		if err != nil {
+			e.t.Errorf("%s: %v", n, err)
+		}
+	}
+	for _, r := range e.workers {
+		if len(r.counts) != len(e.c.Servers) {
+			e.t.Errorf("%s pulled %v", name(r.p), r.counts)
+			continue
+		}
+		for rg, c := range r.counts {
+			if c != r.rounds.Load() {
+				e.t.Errorf("%s's key on range %d holds %d, pushed %d rounds", name(r.p), rg, c, r.rounds.Load())
+			}
+		}
+	}
+}
+
+var debugRounds = false
+
+// moreRounds advances time until every worker has done n more rounds.
+func (e *env) moreRounds(n int64) {
+	e.t.Helper()
+	want := make([]int64, len(e.workers))
+	for i, r := range e.workers {
+		want[i] = r.rounds.Load() + n
+	}
+	e.within(bound, "rounds go on", func() bool {
+		if debugRounds {
+			var got []int64
+			for _, r := range e.workers {
+				got = append(got, r.rounds.Load())
+			}
+			e.t.Logf("rounds %v want %v at %v", got, want, e.clock.Now())
+		}
+		for i, r := range e.workers {
+			if r.rounds.Load() < want[i] && !isDone(r.done) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// startReplacement starts a server to take a dead one's place.
+func (e *env) startReplacement() *postoffice.Postoffice {
+	e.t.Helper()
+	repl := e.c.NewNode(message.RoleServer, nil)
+	e.extra = append(e.extra, repl)
+	started := make(chan error, 1)
+	go func() { started <- repl.Start(context.Background(), 0, true) }()
+	e.registered(repl)
+	e.within(bound, "the replacement joins", func() bool { return len(started) == 1 })
+	if err := <-started; err != nil {
+		e.t.Fatal(err)
+	}
+	e.serve(repl)
+	return repl
+}
+
+// homeAgain waits until every range is back on its home set, headed by its
+// home server.
+func (e *env) homeAgain() {
+	e.t.Helper()
+	e.within(bound, "every range back home", func() bool {
+		v := e.c.Scheduler.View()
+		for r, rv := range v.Ranges {
+			if rv.Head() != r || len(rv.Joining) > 0 || rv.Draining || len(rv.Chain) != v.Replicas+1 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+var replicationCases = []struct {
+	name  string
+	tweak func(*postoffice.Config)
+}{
+	{"heartbeats", both(replicas(1), heartbeats(hbTimeout))},
+	{"heartbeats and resend", both(replicas(1), heartbeats(hbTimeout), resend)},
+	{"no heartbeats", replicas(1)},
+}
+
+// TestReplicatedServerKilled: a server killed, no replacement: its ranges
+// fail over, the job goes on and completes with exact counts.
+func TestReplicatedServerKilled(t *testing.T) {
+	for _, c := range replicationCases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, 3, 2, c.tweak)
+			e.startWorkers()
+			e.waitRounds(3)
+			victim := e.c.Servers[1]
+			e.kill(victim)
+			e.moreRounds(5)
+			e.advance(2 * hbTimeout) // past the recovery wait: nothing fails
+			e.exact(without(e.c.Servers, victim)...)
+		})
+	}
+}
+
+// TestReplicatedServerReplaced: a server killed and replaced: the
+// replacement copies its ranges, takes its home range back, and the job
+// completes with exact counts.
+func TestReplicatedServerReplaced(t *testing.T) {
+	for _, c := range replicationCases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, 3, 2, c.tweak)
+			e.startWorkers()
+			e.waitRounds(3)
+			victim := e.c.Servers[1]
+			e.kill(victim)
+			e.moreRounds(2)
+			repl := e.startReplacement()
+			e.homeAgain()
+			e.moreRounds(3)
+			e.exact(append(without(e.c.Servers, victim), repl)...)
+		})
+	}
+}
+
+// TestReplicatedKillEveryServer kills each server in turn, at several
+// moments of a round, and replaces it.
+func TestReplicatedKillEveryServer(t *testing.T) {
+	for victim := 0; victim < 3; victim++ {
+		for _, delay := range []time.Duration{0, 30 * time.Millisecond} {
+			t.Run(fmt.Sprintf("server%d-after%v", victim, delay), func(t *testing.T) {
+				e := newEnv(t, 3, 2, both(replicas(1), heartbeats(hbTimeout)))
+				e.startWorkers()
+				e.waitRounds(2)
+				time.Sleep(delay)
+				v := e.c.Servers[victim]
+				e.kill(v)
+				repl := e.startReplacement()
+				e.homeAgain()
+				e.moreRounds(2)
+				e.exact(append(without(e.c.Servers, v), repl)...)
+			})
+		}
+	}
+}
+
+func TestReplicatedNoFault(t *testing.T) {
+	e := newEnv(t, 3, 2, replicas(1))
+	e.startWorkers()
+	e.waitRounds(3)
+	e.exact(e.c.Servers...)
+}
