@@ -101,16 +101,23 @@ func (c cutter) Cut(gen uint64) { c(gen) }
 
 // storeHandle answers requests with a store, outside managed jobs.
 func storeHandle[V message.Value](st Store[V]) ReqHandle[V] {
+	ar, async := st.(AsyncReader[V])
 	return func(meta KVMeta, data KVPairs[V], s *KVServer[V]) {
-		res, err := st.Apply(meta, data)
-		if err != nil {
-			s.refuse(meta, err)
+		answer := func(res KVPairs[V], err error) {
+			if err != nil {
+				s.refuse(meta, err)
+				return
+			}
+			if err := s.ZResponse(meta, res); err != nil {
+				l := s.po.Logger()
+				l.Warn().Err(err).Msg("response failed")
+			}
+		}
+		if async && !st.Changes(meta, data) {
+			ar.Read(meta, data, answer)
 			return
 		}
-		if err := s.ZResponse(meta, res); err != nil {
-			l := s.po.Logger()
-			l.Warn().Err(err).Msg("response failed")
-		}
+		answer(st.Apply(meta, data))
 	}
 }
 
@@ -153,9 +160,9 @@ func (r *replicated[V]) restoreFromDisk(v *replica.View) error {
 // load replaces range rg of the store with what snapshot gen holds of it
 // (gen 0: nothing).
 func (r *replicated[V]) load(rg int, gen uint64) error {
-	keys := r.s.po.ServerKeyRanges()[rg]
+	part := r.part(rg)
 	if gen == 0 {
-		return r.store.Restore(nil, keys)
+		return r.store.Restore(nil, part)
 	}
 	if r.dir == "" {
 		return fmt.Errorf("snapshot %d asked for without PS_CHECKPOINT_DIR", gen)
@@ -175,7 +182,12 @@ func (r *replicated[V]) load(rg int, gen uint64) error {
 		}
 		readers = append(readers, bytes.NewReader(body))
 	}
-	return r.store.Restore(readers, keys)
+	return r.store.Restore(readers, part)
+}
+
+// part returns store part rg of the job.
+func (r *replicated[V]) part(rg int) Part {
+	return Part{Index: rg, Of: r.n, Keys: r.s.po.ServerKeyRanges()[rg]}
 }
 
 // request takes a worker's KV request.
@@ -188,13 +200,6 @@ func (r *replicated[V]) request(msg *message.Message, meta KVMeta, data KVPairs[
 			return
 		}
 		tagged = true
-	}
-	if len(data.Keys) > 0 {
-		keys := r.s.po.ServerKeyRanges()[rg]
-		if !keys.Contains(data.Keys[0]) || !keys.Contains(data.Keys[len(data.Keys)-1]) {
-			r.s.refuse(meta, fmt.Errorf("keys outside %s, the range the request names", replica.RangeString(rg, r.n)))
-			return
-		}
 	}
 	e := &entry[V]{meta: meta, data: data, frames: slices.Clone(msg.Data), types: slices.Clone(msg.Meta.DataTypes), tagged: tagged, owned: !msg.Lent()}
 	req := &replica.Request[*entry[V]]{
@@ -296,10 +301,7 @@ func (r *replicated[V]) run(outs []replica.Output[*entry[V]]) {
 		case replica.OutApply:
 			r.apply(o)
 		case replica.OutRead:
-			e := o.Request.Payload
-			e.done = true
-			res, err := r.store.Apply(e.meta, e.data)
-			r.answer(e, o.Range, res, err, o.Gen, false)
+			r.read(o)
 		case replica.OutCut:
 			outs = append(outs, r.cut(o.Range, o.Gen, o.LSN)...)
 		case replica.OutForward:
@@ -309,8 +311,7 @@ func (r *replicated[V]) run(outs []replica.Output[*entry[V]]) {
 		case replica.OutSnapshot:
 			r.sendSnapshot(o)
 		case replica.OutRestore:
-			keys := r.s.po.ServerKeyRanges()[o.Range]
-			if err := r.store.Restore([]io.Reader{bytes.NewReader(o.Snapshot.Data.snap)}, keys); err != nil {
+			if err := r.store.Restore([]io.Reader{bytes.NewReader(o.Snapshot.Data.snap)}, r.part(o.Range)); err != nil {
 				r.s.po.Fail(fmt.Errorf("kv: store of app %d cannot take the copy of %s: %w", r.app, replica.RangeString(o.Range, r.n), err))
 				return
 			}
@@ -429,6 +430,22 @@ func decodeAnswer[V message.Value](b []byte) (KVPairs[V], error) {
 	return kvs, err
 }
 
+// read answers a read at the range's head: now, or, from a store that
+// answers reads later (AsyncReader), when it does.
+func (r *replicated[V]) read(o replica.Output[*entry[V]]) {
+	e := o.Request.Payload
+	e.done = true
+	ar, ok := r.store.(AsyncReader[V])
+	if !ok {
+		res, err := r.store.Apply(e.meta, e.data)
+		r.answer(e, o.Range, res, err, o.Gen, false)
+		return
+	}
+	// The request's data may be lent: the store copies what it keeps.
+	rg, gen := o.Range, o.Gen
+	ar.Read(e.meta, e.data, func(res KVPairs[V], err error) { r.answer(e, rg, res, err, gen, false) })
+}
+
 // answerAgain answers a request applied before.
 func (r *replicated[V]) answerAgain(o replica.Output[*entry[V]]) {
 	e := o.Request.Payload
@@ -517,7 +534,7 @@ func (r *replicated[V]) forward(to int, f *replica.Forward[*entry[V]]) {
 // sendSnapshot sends a copy of a range to a server joining its chain.
 func (r *replicated[V]) sendSnapshot(o replica.Output[*entry[V]]) {
 	var buf bytes.Buffer
-	if err := r.store.Snapshot(&buf, r.s.po.ServerKeyRanges()[o.Range]); err != nil {
+	if err := r.store.Snapshot(&buf, r.part(o.Range)); err != nil {
 		r.s.po.Fail(fmt.Errorf("kv: store of app %d cannot copy %s: %w", r.app, replica.RangeString(o.Range, r.n), err))
 		return
 	}
@@ -533,9 +550,9 @@ func (r *replicated[V]) cut(rg int, gen, lsn uint64) []replica.Output[*entry[V]]
 		r.log.Error().Uint64("snapshot", gen).Msg("asked to write a snapshot without PS_CHECKPOINT_DIR")
 		return nil
 	}
-	keys := r.s.po.ServerKeyRanges()[rg]
+	part := r.part(rg)
 	err := snapshot.WriteRange(r.dir, snapshot.Header{App: r.app, Range: rg, Ranges: r.n, Writer: r.rank, LSN: lsn, Gen: gen},
-		func(w io.Writer) error { return r.store.Snapshot(w, keys) })
+		func(w io.Writer) error { return r.store.Snapshot(w, part) })
 	if err != nil {
 		r.log.Error().Err(err).Uint64("snapshot", gen).Int("range", rg).Msg("writing a snapshot failed; it will not complete")
 		return nil

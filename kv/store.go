@@ -38,15 +38,32 @@ type Store[V message.Value] interface {
 	// must not change the store. A request Apply cannot take is answered
 	// with its error (a Go worker's request fails with it).
 	Apply(req KVMeta, data KVPairs[V]) (KVPairs[V], error)
-	// Snapshot writes the state of the keys in keys to w, in a form
-	// Restore reads.
-	Snapshot(w io.Writer, keys postoffice.Range) error
-	// Restore replaces the state of the keys in keys with what the
-	// readers hold of them: the union of their entries that fall in keys
-	// (each reader is what Snapshot wrote for a range overlapping keys; no
-	// reader empties the range). A store that cannot take the snapshots it
+	// Snapshot writes the state of part p to w, in a form Restore reads.
+	Snapshot(w io.Writer, p Part) error
+	// Restore replaces the state of part p with what the readers hold of
+	// it: the union of their entries that belong to p (each reader is what
+	// Snapshot wrote of a part, of this job's layout or of another's; no
+	// reader empties the part). A store that cannot take the snapshots it
 	// is given (another layout, say) returns an error saying why.
-	Restore(rs []io.Reader, keys postoffice.Range) error
+	Restore(rs []io.Reader, p Part) error
+}
+
+// Part is one key range of a job: what the server of rank Index among Of
+// servers holds when every server is alive. With the default slicer it is
+// the keys of Keys; a store whose workers route keys with a slicer of
+// their own (SetSlicer) decides which of its keys belong to the part the
+// same way (it sends part Index of a request to that range).
+type Part struct {
+	Index, Of int
+	Keys      postoffice.Range
+}
+
+// AsyncReader is a Store that may answer reads later: Read is called, in
+// place of Apply, for requests that do not change the store, and calls
+// answer once, then or later, from any goroutine (a read that waits for a
+// step's pushes under bulk-synchronous training, say).
+type AsyncReader[V message.Value] interface {
+	Read(req KVMeta, data KVPairs[V], answer func(KVPairs[V], error))
 }
 
 // Changes implements Store: a push changes the store.
@@ -74,7 +91,8 @@ const snapshotMagic = "PSKVDEF1"
 // number of keys (uint64), then for each key in ascending order the key
 // (uint64), its number of values (uint32) and the values, all
 // little-endian.
-func (h *DefaultHandle[V]) Snapshot(w io.Writer, keys postoffice.Range) error {
+func (h *DefaultHandle[V]) Snapshot(w io.Writer, p Part) error {
+	keys := p.Keys
 	h.mu.Lock()
 	ks := make([]uint64, 0, len(h.store))
 	for k := range h.store {
@@ -116,7 +134,8 @@ func (h *DefaultHandle[V]) Snapshot(w io.Writer, keys postoffice.Range) error {
 const maxSnapshotValues = 1 << 28
 
 // Restore implements Store.
-func (h *DefaultHandle[V]) Restore(rs []io.Reader, keys postoffice.Range) error {
+func (h *DefaultHandle[V]) Restore(rs []io.Reader, p Part) error {
+	keys := p.Keys
 	fresh := map[uint64][]V{}
 	size := message.SizeOf[V]()
 	for _, r := range rs {
