@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +53,55 @@ type managedState struct {
 	cutsDone   map[uint64]map[int]map[int]bool // per snapshot and range, the apps done
 	waiters    map[int32]chan checkpointAnswer // worker: Checkpoint calls by request id
 	metas      map[uint64]string               // server: the meta of snapshots in progress
+	// disk runs a server's writes of snapshot descriptions and marks, in
+	// order, off the van's goroutine.
+	disk serial
+}
+
+// serial runs functions one at a time, in order, on a goroutine of its
+// own (started with the first), never making the caller wait.
+type serial struct {
+	mu      sync.Mutex
+	queue   []func()
+	running bool
+	stopped bool
+}
+
+// do queues f.
+func (s *serial) do(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return
+	}
+	s.queue = append(s.queue, f)
+	if !s.running {
+		s.running = true
+		go s.run()
+	}
+}
+
+func (s *serial) run() {
+	for {
+		s.mu.Lock()
+		if len(s.queue) == 0 {
+			s.running = false
+			s.mu.Unlock()
+			return
+		}
+		f := s.queue[0]
+		s.queue = s.queue[1:]
+		s.mu.Unlock()
+		f()
+	}
+}
+
+// stop drops what is queued and takes nothing more.
+func (s *serial) stop() {
+	s.mu.Lock()
+	s.stopped = true
+	s.queue = nil
+	s.mu.Unlock()
 }
 
 type checkpointAnswer struct {
@@ -277,9 +327,13 @@ func (h *handler) HandleEvent(e control.Event) {
 			f(e.ID)
 		}
 	case control.EventCut:
-		p.cut(e.Gen, e.Text)
+		m.disk.do(func() { p.cut(e.Gen, e.Text) })
 	case control.EventCommitted:
-		p.committed(e)
+		if p.IsServer() {
+			m.disk.do(func() { p.committed(e) })
+		} else {
+			p.committed(e)
+		}
 	}
 }
 
@@ -340,6 +394,7 @@ func (p *Postoffice) committed(e control.Event) {
 			if err := snapshot.Prune(dir, snapshotsKept); err != nil {
 				p.log.Warn().Err(err).Msg("removing old snapshots failed")
 			}
+			p.van.Report(control.NoticeMarked, strconv.FormatUint(e.Gen, 10))
 		}
 		return
 	}

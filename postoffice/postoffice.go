@@ -303,6 +303,7 @@ func (p *Postoffice) Finalize(ctx context.Context, customerID int, doBarrier boo
 	}
 	if customerID == 0 {
 		p.finalizeOnce.Do(func() {
+			p.managed.disk.stop()
 			p.van.Leave()
 			if e := p.van.Stop(); e != nil && err == nil {
 				err = e

@@ -262,6 +262,7 @@ type Core struct {
 	lastCut    time.Time               // when the last periodic snapshot started
 	cuts       map[uint64]map[int]bool // snapshots in progress: ranges written
 	cutWaiters map[uint64][]cutRequest
+	marking    map[uint64]map[int]bool // snapshots written, by the servers yet to mark them complete
 	// A server's or worker's:
 	view  *replica.View
 	nodes []message.Node // the job's nodes, from the scheduler's list

@@ -112,6 +112,9 @@ func (c *Core) heartbeat(o *out, msg *message.Message, now time.Time) {
 		case NoticeCheckpoint:
 			c.checkpointRequest(o, sender, text)
 			return
+		case NoticeMarked:
+			c.marked(o, sender, text)
+			return
 		}
 	}
 	if c.phase == PhaseFailed {

@@ -144,6 +144,7 @@ func (c *Core) startViews(now time.Time) {
 	c.hellos = map[int]string{}
 	c.viewsSince = now
 	c.lostSince = map[int]time.Time{}
+	c.marking = map[uint64]map[int]bool{}
 }
 
 // hello takes a server's hello at the scheduler.
@@ -220,6 +221,7 @@ func (c *Core) serverDead(o *out, id int, now time.Time) (covered bool) {
 		c.log.Warn().Str("view", c.planner.View().String()).Msg("a server's ranges moved")
 		c.sendView(o)
 	}
+	c.answerMarked(o)
 	return len(c.lostSince) == 0
 }
 
@@ -455,9 +457,13 @@ const (
 	// The text is "<gen> <quoted meta>".
 	NoticeCut NoticeKind = "cut"
 	// NoticeCommitted, from the scheduler to every server and to the
-	// worker that asked: every range of snapshot gen is written. The text
-	// is "<gen> <request id or 0>".
+	// worker that asked: every range of snapshot gen is written (to the
+	// servers: mark it so on disk; to the worker: they have). The text is
+	// "<gen> <request id or 0>".
 	NoticeCommitted NoticeKind = "committed"
+	// NoticeMarked, from a server to the scheduler: it has marked snapshot
+	// gen complete on disk. The text is "<gen>".
+	NoticeMarked NoticeKind = "marked"
 )
 
 // Checkpoint asks the scheduler, from a worker, for a snapshot of every
@@ -517,20 +523,54 @@ func (c *Core) cutDone(o *out, rank int, r replica.Report) {
 	}
 	delete(c.cuts, r.Gen)
 	c.planner.SetCommitted(r.Gen)
-	c.log.Info().Uint64("snapshot", r.Gen).Msg("snapshot complete")
+	c.log.Info().Uint64("snapshot", r.Gen).Msg("snapshot written; servers mark it complete")
+	marking := map[int]bool{}
 	for _, sid := range c.members(message.ServerGroup) {
 		if p := c.peers[sid]; p != nil && !p.dead && !p.left {
+			marking[sid] = true
 			o.send(NewNotice(sid, NoticeCommitted, fmt.Sprintf("%d 0", r.Gen), c.nextTS()))
 		}
 	}
-	for _, w := range c.cutWaiters[r.Gen] {
-		if w.node == c.me.ID {
-			o.notify(Event{Type: EventCommitted, Gen: r.Gen, RequestID: w.id})
+	c.marking[r.Gen] = marking
+}
+
+// marked takes a server's word that snapshot gen is marked complete on its
+// disk; once every live server has, the workers that asked are answered.
+func (c *Core) marked(o *out, sender int, text string) {
+	gen, err := strconv.ParseUint(strings.TrimSpace(text), 10, 64)
+	if err != nil {
+		return
+	}
+	if m := c.marking[gen]; m != nil {
+		delete(m, sender)
+	}
+	c.answerMarked(o)
+}
+
+// answerMarked answers the requests for snapshots every live server has
+// marked complete (a server found dead meanwhile is not waited for).
+func (c *Core) answerMarked(o *out) {
+	for _, gen := range slices.Sorted(maps.Keys(c.marking)) {
+		m := c.marking[gen]
+		for sid := range m {
+			if p := c.peers[sid]; p == nil || p.dead || p.left {
+				delete(m, sid)
+			}
+		}
+		if len(m) > 0 {
 			continue
 		}
-		o.send(NewNotice(int(w.node), NoticeCommitted, fmt.Sprintf("%d %d", r.Gen, w.id), c.nextTS()))
+		delete(c.marking, gen)
+		c.log.Info().Uint64("snapshot", gen).Msg("snapshot complete")
+		for _, w := range c.cutWaiters[gen] {
+			if w.node == c.me.ID {
+				o.notify(Event{Type: EventCommitted, Gen: gen, RequestID: w.id})
+				continue
+			}
+			o.send(NewNotice(int(w.node), NoticeCommitted, fmt.Sprintf("%d %d", gen, w.id), c.nextTS()))
+		}
+		delete(c.cutWaiters, gen)
 	}
-	delete(c.cutWaiters, r.Gen)
 }
 
 // ParseCommitted reads a NoticeCommitted's text: the gen (0 when the
