@@ -43,12 +43,14 @@ func (w *KVWorker[V]) startRouting() {
 	w.loss.init()
 	if !w.po.Managed() {
 		// Outside managed jobs a replaced server restarts empty: what the
-		// worker pushed to it is gone.
+		// worker pushed to it is gone; what it left unanswered goes to
+		// the replacement.
 		w.po.OnNodeReplaced(func(id int) {
 			if message.IsServerID(id) {
 				w.cust.Do(func() {
 					rank := message.IDToRank(id)
 					w.lossed(&StateLostError{Server: rank, Pushes: w.loss.take(rank, 0)})
+					w.toReplacement(rank)
 				})
 			}
 		})
@@ -56,6 +58,44 @@ func (w *KVWorker[V]) startRouting() {
 	}
 	w.managed = true
 	w.po.OnView(func(v *replica.View) { w.cust.Do(func() { w.viewChanged(v) }) })
+}
+
+// toReplacement sends a replaced server the parts its predecessor left
+// unanswered, outside managed jobs. With PS_RESEND the van does (it keeps
+// every request until answered); without, they would wait for ever on a
+// predecessor cut off rather than dead, whose connection never closes.
+func (w *KVWorker[V]) toReplacement(rank int) {
+	if w.po.Config().Resend || w.po.Config().DropRate > 0 {
+		return
+	}
+	type resend struct {
+		ts   int
+		r    *request[V]
+		part sentPart[V]
+	}
+	var again []resend
+	w.mu.Lock()
+	for ts, r := range w.reqs.All() {
+		if sp := r.part(rank); sp != nil && slices.Contains(r.waiting, rank) {
+			again = append(again, resend{ts: ts, r: r, part: *sp})
+		}
+	}
+	w.mu.Unlock()
+	if len(again) > 0 {
+		w.log().Warn().Int("server", rank).Int("requests", len(again)).Msg("sending what a replaced server left unanswered to its replacement")
+	}
+	for _, a := range again {
+		w.sendPart(a.ts, a.r, a.part, 0)
+	}
+}
+
+// keepParts keeps, outside managed jobs, the part of a request each server
+// gets, to send it again to a replacement.
+func (w *KVWorker[V]) keepParts(r *request[V], parts []KVPairs[V]) {
+	r.parts = r.part1[:0]
+	for _, i := range r.waiting {
+		r.parts = append(r.parts, sentPart[V]{r: i, kvs: parts[i], dest: i})
+	}
 }
 
 // route picks, in a managed job, the server each part goes to: the head
@@ -192,7 +232,9 @@ func (w *KVWorker[V]) viewChanged(v *replica.View) {
 // sendPart sends a part of request ts (again) to its server.
 func (w *KVWorker[V]) sendPart(ts int, r *request[V], sp sentPart[V], epoch uint64) {
 	msg := message.Get()
-	msg.Meta.Body = tagBody(sp.r, epoch)
+	if w.managed {
+		msg.Meta.Body = tagBody(sp.r, epoch)
+	}
 	msg.Meta.AppID = int32(w.cust.AppID())
 	msg.Meta.CustomerID = int32(w.cust.CustomerID())
 	msg.Meta.Request = true

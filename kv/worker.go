@@ -79,6 +79,7 @@ type request[V message.Value] struct {
 	// parts are, in a managed job, the parts sent per range, to send again
 	// when their server goes away or redirects them.
 	parts []sentPart[V]
+	part1 [2]sentPart[V] // parts' own room, for requests to one or two servers
 	push  bool
 	cmd   int
 	pull  *pulling[V] // nil for a push
@@ -355,6 +356,8 @@ func (w *KVWorker[V]) send(push, pull bool, o reqOptions, kvs KVPairs[V], dest p
 	var view *replica.View
 	if w.managed {
 		view = w.route(r, parts)
+	} else {
+		w.keepParts(r, parts)
 	}
 	w.mu.Lock()
 	w.reqs.Put(ts, r)

@@ -187,6 +187,11 @@ type Message struct {
 	// response's for good. Not on the wire.
 	ZeroCopy bool
 
+	// Process is, for a received message, the process incarnation of the
+	// connection it came on, when the transport knows it (see
+	// van.Incarnations). Not on the wire.
+	Process string
+
 	// Task, when set, makes the message a local task, never sent: a
 	// customer runs it in its turn, in order with the messages it
 	// handles, instead of handling a message (see customer.Customer.Do).

@@ -48,7 +48,7 @@ type managedState struct {
 	viewFns    map[int]func(*replica.View)
 	replaceFns map[int]func(id int)
 	nextFn     int
-	cutters    map[int]Cutter                  // by app id
+	cutters    map[int]registeredCutter        // by app id
 	cutting    map[uint64]map[int]bool         // per snapshot, the apps that cut it
 	cutsDone   map[uint64]map[int]map[int]bool // per snapshot and range, the apps done
 	waiters    map[int32]chan checkpointAnswer // worker: Checkpoint calls by request id
@@ -113,7 +113,7 @@ func (m *managedState) init() {
 	m.viewCh = make(chan struct{})
 	m.viewFns = map[int]func(*replica.View){}
 	m.replaceFns = map[int]func(int){}
-	m.cutters = map[int]Cutter{}
+	m.cutters = map[int]registeredCutter{}
 	m.cutting = map[uint64]map[int]bool{}
 	m.cutsDone = map[uint64]map[int]map[int]bool{}
 	m.waiters = map[int32]chan checkpointAnswer{}
@@ -193,15 +193,23 @@ func register[F any](p *Postoffice, m map[int]F, f F) func() {
 // RegisterCutter adds a server's store that writes snapshots, as app.
 func (p *Postoffice) RegisterCutter(app int, c Cutter) (cancel func()) {
 	p.managed.mu.Lock()
-	p.managed.cutters[app] = c
+	p.managed.nextFn++
+	reg := registeredCutter{Cutter: c, token: p.managed.nextFn}
+	p.managed.cutters[app] = reg
 	p.managed.mu.Unlock()
 	return func() {
 		p.managed.mu.Lock()
-		if p.managed.cutters[app] == c {
+		if p.managed.cutters[app].token == reg.token {
 			delete(p.managed.cutters, app)
 		}
 		p.managed.mu.Unlock()
 	}
+}
+
+// registeredCutter is a Cutter with the token of its registration.
+type registeredCutter struct {
+	Cutter
+	token int
 }
 
 // ReportReplica tells the scheduler what a store's replication did (a

@@ -1,6 +1,8 @@
 package postoffice
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 
 	"github.com/rs/zerolog"
@@ -33,8 +35,19 @@ func newTransport(cfg Config, log zerolog.Logger) (van.Transport, error) {
 		},
 		LinkTimeout: cfg.LinkTimeout,
 		PoisonLent:  cfg.PoisonLent,
+		Process:     newIncarnation(),
 		Log:         log,
 	})
+}
+
+// newIncarnation returns a process incarnation (see van.Incarnations): 64
+// random bits, in hex.
+func newIncarnation() string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return ""
+	}
+	return hex.EncodeToString(b[:])
 }
 
 // bindAll reports whether the node binds every address rather than its

@@ -166,3 +166,24 @@ func NewSimpleApp(appID, customerID int) (*kv.SimpleApp, error) {
 	}
 	return kv.NewSimpleApp(p, appID, customerID)
 }
+
+// Checkpoint has every server write a snapshot of its stores now, with
+// meta stored next to it (PS_CHECKPOINT_DIR; see
+// postoffice.Postoffice.Checkpoint), and returns the snapshot's number.
+func Checkpoint(ctx context.Context, meta string) (uint64, error) {
+	p, err := Node()
+	if err != nil {
+		return 0, err
+	}
+	return p.Checkpoint(ctx, meta)
+}
+
+// Restored returns the snapshot the job resumed from when it started, and
+// the meta stored with it (0 and "" for a job started afresh).
+func Restored() (gen uint64, meta string) {
+	p, err := Node()
+	if err != nil {
+		return 0, ""
+	}
+	return p.Restored()
+}

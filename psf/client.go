@@ -31,6 +31,18 @@ func NewClient(po *postoffice.Postoffice, opts ...Option) (*Client, error) {
 	return &Client{po: po, w: w}, nil
 }
 
+// AcceptStateLoss declares that the program accepts losing the changes it
+// made on a server that dies unreplicated (outside managed jobs, a
+// replacement restores psf's latest checkpoint, or nothing): the client
+// goes on, logging and counting the loss, instead of stopping the job
+// (see kv.KVWorker.AcceptStateLoss). Every request of a psf client counts,
+// reads too.
+func (c *Client) AcceptStateLoss() { c.w.AcceptStateLoss() }
+
+// StateLoss returns what this client lost with servers' state so far (see
+// kv.KVWorker.StateLoss), or nil.
+func (c *Client) StateLoss() error { return c.w.StateLoss() }
+
 // Close stops the client; requests still running fail.
 func (c *Client) Close() { c.w.Close() }
 

@@ -103,6 +103,17 @@
 // checkpoint when it starts. Client.DeleteMatrix removes a matrix's
 // checkpoints as well.
 //
+// # Managed jobs
+//
+// In a managed job (PS_REPLICAS, PS_CHECKPOINT_DIR) a Server is its KV
+// server's store (kv.Store): the requests that change matrices (update
+// kernels, create, drop, delete, load and its commit or abort) are applied
+// by every server holding their key range, the others (get kernels, meta,
+// saves) by its head; ranges are copied to servers that join them and
+// written to the job's snapshots (Server.Snapshot, Server.Restore). A
+// snapshot restores only into a job of the same number of servers: use
+// Matrix.Save and Client.LoadMatrix to move matrices to another.
+//
 // # Atomicity
 //
 // An update changes each partition completely or not at all: a kernel

@@ -8,12 +8,8 @@ import "context"
 func AllocatedRows(s *Server, name string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m := s.matrices[name]
-	if m == nil {
-		return 0
-	}
 	n := 0
-	for _, p := range m.parts {
+	for _, p := range s.partsLocked(name) {
 		for _, r := range p.rows {
 			if r != nil {
 				n++
@@ -33,17 +29,27 @@ func AllocatedRows(s *Server, name string) int {
 func SparseMemory(s *Server, name string) (entries, bytes int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m := s.matrices[name]
-	if m == nil {
-		return 0, 0
-	}
-	for _, p := range m.parts {
+	for _, p := range s.partsLocked(name) {
 		for _, t := range p.srows {
 			entries += int64(t.Len())
 			bytes += t.Bytes()
 		}
 	}
 	return entries, bytes
+}
+
+// partsLocked returns the partitions of matrix name in every range s
+// holds.
+func (s *Server) partsLocked(name string) []*partition {
+	var out []*partition
+	for _, st := range s.ranks {
+		if m := st.matrices[name]; m != nil {
+			for _, p := range m.parts {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }
 
 // CreateOn creates a matrix on some servers only, as an interrupted or

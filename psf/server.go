@@ -1,11 +1,15 @@
 package psf
 
 import (
+	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"runtime/debug"
+	"slices"
+	"sort"
 	"sync"
-	"time"
 
 	"github.com/rs/zerolog"
 
@@ -46,30 +50,55 @@ func WithCheckpointDir(dir string) Option { return func(o *options) { o.ckptDir 
 
 // WithFallback sets the handle a Server's Handle passes requests with
 // commands outside psf's range to (see CmdBase). Without one such requests
-// are answered with no values.
+// are answered with no values. A managed job (see NewServer) refuses it:
+// the requests of a fallback handle cannot be replicated.
 func WithFallback(h kv.ReqHandle[uint8]) Option { return func(o *options) { o.fallback = h } }
 
 // Server holds the partitions of psf matrices assigned to one server node
 // and runs kernels on them. Requests are handled one at a time, in the
 // order the KV server delivers them.
+//
+// A Server is also a kv.Store[uint8] (Changes, Apply, Snapshot, Restore),
+// which is how NewServer installs it in a managed job: its state is kept
+// by key range, a range being that of the server of one rank, and a
+// request changes only the range of its keys. A server may hold several
+// ranges at once (its own and, in a replicated job, those it holds as a
+// backup or took over).
 type Server struct {
 	po   *postoffice.Postoffice
 	kvs  *kv.KVServer[uint8] // nil for NewHandler
 	opts options
 	log  zerolog.Logger
+	// managed: NewServer installed the server as its KV server's store in
+	// a managed job.
+	managed bool
 
-	mu       sync.Mutex // guards matrices, staged, undo and the data of every matrix
-	matrices map[string]*serverMatrix
-	staged   map[string]*serverMatrix // loaded, waiting for opLoadCommit
-	undo     undoLog                  // of the update kernel running
-	lastGen  uint64                   // the generation of the last matrix created (starts at the clock, so that a restarted server does not reuse one)
+	mu    sync.Mutex         // guards ranks and the data of every matrix
+	ranks map[int]*rankState // by the rank of the key range
+	undo  undoLog            // of the update kernel running
 }
 
-// serverMatrix is the part of a matrix one server holds.
+// rankState is what a server holds of one key range, that of the server
+// of one rank: that rank's partitions of every matrix. Requests with keys
+// in the range change it, and nothing else does, so that every server
+// holding the range holds the same.
+type rankState struct {
+	matrices map[string]*serverMatrix
+	staged   map[string]*serverMatrix // loaded, waiting for opLoadCommit
+}
+
+func newRankState() *rankState {
+	return &rankState{matrices: make(map[string]*serverMatrix), staged: make(map[string]*serverMatrix)}
+}
+
+func (st *rankState) empty() bool { return len(st.matrices) == 0 && len(st.staged) == 0 }
+
+// serverMatrix is the part of a matrix that one key range holds: the
+// partitions of one rank.
 type serverMatrix struct {
 	meta  MatrixMeta
-	parts map[int]*partition // by partition id, only this server's
-	gen   uint64             // set by a create, so that only it can undo itself (opDrop)
+	parts map[int]*partition // by partition id, only this rank's
+	gen   uint64             // set by a create, so that only it can undo itself (opDrop); 0 if a load made the matrix
 }
 
 // partition holds one partition's values, row by row. For a dense matrix
@@ -112,6 +141,7 @@ func (p *partition) row(i int) []float64 {
 	return p.rows[i]
 }
 
+// newServerMatrix returns rank's partitions of a matrix, of zeros.
 func newServerMatrix(meta MatrixMeta, rank int) *serverMatrix {
 	m := &serverMatrix{meta: meta, parts: make(map[int]*partition)}
 	n := meta.NumPartitions()
@@ -134,13 +164,32 @@ func newPartition(pm PartitionMeta) *partition {
 // dead server (po.IsRecovery()) and has a checkpoint directory first
 // restores every matrix from its latest checkpoint, before answering any
 // request.
+//
+// In a managed job (po.Managed(): PS_REPLICAS or PS_CHECKPOINT_DIR) the
+// server is instead its KV server's store (kv.KVServer.SetStore): the
+// framework replicates the requests that change matrices to every server
+// holding their key range, copies ranges to servers that join them, and
+// writes them to its snapshots; a replacement server gets its ranges from
+// the framework, not from psf's checkpoints. WithFallback is refused there.
 func NewServer(po *postoffice.Postoffice, opts ...Option) (*Server, error) {
 	s := NewHandler(po, opts...)
+	if po.Managed() && s.opts.fallback != nil {
+		return nil, errors.New("psf: WithFallback cannot be used in a managed job (PS_REPLICAS, PS_CHECKPOINT_DIR): " +
+			"the requests of a fallback handle cannot be replicated; serve them with a KV server of another app id")
+	}
 	kvs, err := kv.NewKVServer[uint8](po, s.opts.appID)
 	if err != nil {
 		return nil, err
 	}
 	s.kvs = kvs
+	if po.Managed() {
+		s.managed = true
+		if err := kvs.SetStore(s); err != nil {
+			kvs.Close()
+			return nil, err
+		}
+		return s, nil
+	}
 	if po.IsRecovery() && s.opts.ckptDir != "" {
 		if err := s.RestoreLatest(); err != nil {
 			s.log.Error().Err(err).Msg("psf: restoring the latest checkpoint")
@@ -155,15 +204,14 @@ func NewServer(po *postoffice.Postoffice, opts ...Option) (*Server, error) {
 
 // NewHandler returns a Server without a KV server of its own: install
 // s.Handle on a kv.KVServer[uint8] yourself (it passes commands outside
-// psf's range to WithFallback's handle).
+// psf's range to WithFallback's handle), or install s as the KV server's
+// store (SetStore; WithFallback has no effect then).
 func NewHandler(po *postoffice.Postoffice, opts ...Option) *Server {
 	return &Server{
-		po:       po,
-		opts:     collectOptions(opts),
-		log:      po.Logger(),
-		matrices: make(map[string]*serverMatrix),
-		staged:   make(map[string]*serverMatrix),
-		lastGen:  uint64(time.Now().UnixNano()),
+		po:    po,
+		opts:  collectOptions(opts),
+		log:   po.Logger(),
+		ranks: make(map[int]*rankState),
 	}
 }
 
@@ -174,20 +222,67 @@ func (s *Server) Close() {
 		s.kvs.Close()
 	}
 	s.mu.Lock()
-	s.matrices = make(map[string]*serverMatrix)
-	s.staged = make(map[string]*serverMatrix)
+	s.ranks = make(map[int]*rankState)
 	s.mu.Unlock()
 }
 
-// Matrices returns the metas of the matrices the server holds.
+// Matrices returns the metas of the matrices the server holds (in any of
+// its key ranges), by name.
 func (s *Server) Matrices() []MatrixMeta {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]MatrixMeta, 0, len(s.matrices))
-	for _, m := range s.matrices {
-		out = append(out, m.meta)
+	seen := make(map[string]bool)
+	var out []MatrixMeta
+	for _, r := range sortedKeys(s.ranks) {
+		for name, m := range s.ranks[r].matrices {
+			if !seen[name] {
+				seen[name] = true
+				out = append(out, m.meta)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b MatrixMeta) int { return cmp.Compare(a.Name, b.Name) })
+	if out == nil {
+		out = []MatrixMeta{}
 	}
 	return out
+}
+
+// state returns the state of range rank, creating it if need be; s.mu is
+// held.
+func (s *Server) state(rank int) *rankState {
+	st := s.ranks[rank]
+	if st == nil {
+		st = newRankState()
+		s.ranks[rank] = st
+	}
+	return st
+}
+
+// matrixLocked returns range rank's part of matrix name, or nil; s.mu is
+// held.
+func (s *Server) matrixLocked(rank int, name string) *serverMatrix {
+	if st := s.ranks[rank]; st != nil {
+		return st.matrices[name]
+	}
+	return nil
+}
+
+// tidy forgets range rank if it holds nothing; s.mu is held.
+func (s *Server) tidy(rank int) {
+	if st := s.ranks[rank]; st != nil && st.empty() {
+		delete(s.ranks, rank)
+	}
+}
+
+// rangeOf returns the rank of the server whose key range holds key.
+func (s *Server) rangeOf(key uint64) (int, bool) {
+	ranges := s.po.ServerKeyRanges()
+	i := sort.Search(len(ranges), func(i int) bool { return ranges[i].Last || key < ranges[i].End })
+	if i < len(ranges) && ranges[i].Contains(key) {
+		return i, true
+	}
+	return 0, false
 }
 
 // Handle answers one KV request: psf commands (CmdFunc, CmdSystem) are run
@@ -195,18 +290,26 @@ func (s *Server) Matrices() []MatrixMeta {
 // reserved range with an error), commands outside the range go to the
 // fallback handle.
 func (s *Server) Handle(meta kv.KVMeta, data kv.KVPairs[uint8], srv *kv.KVServer[uint8]) {
-	if meta.Cmd < CmdBase || meta.Cmd >= CmdEnd {
-		if s.opts.fallback != nil {
-			s.opts.fallback(meta, data, srv)
-			return
-		}
-		var res kv.KVPairs[uint8]
-		if meta.Pull {
-			res = kv.KVPairs[uint8]{Keys: data.Keys, Lens: make([]int32, len(data.Keys))}
-		}
-		s.respond(meta, res, srv)
+	if (meta.Cmd < CmdBase || meta.Cmd >= CmdEnd) && s.opts.fallback != nil {
+		s.opts.fallback(meta, data, srv)
 		return
 	}
+	s.respond(meta, s.apply(meta, data, false), srv)
+}
+
+// apply runs a request and returns its answer: for a pull, the request's
+// keys with one payload each (a result or an error); nothing for a push
+// alone. Commands outside psf's range are answered with empty payloads.
+// With checkPush, a request without push (Push false) changes nothing:
+// its keys that would are not run (see Apply).
+func (s *Server) apply(meta kv.KVMeta, data kv.KVPairs[uint8], checkPush bool) kv.KVPairs[uint8] {
+	if meta.Cmd < CmdBase || meta.Cmd >= CmdEnd {
+		if !meta.Pull {
+			return kv.KVPairs[uint8]{}
+		}
+		return kv.KVPairs[uint8]{Keys: data.Keys, Lens: make([]int32, len(data.Keys))}
+	}
+	readOnly := checkPush && !meta.Push
 	payloads, err := splitPayloads(data)
 	results := make([][]byte, len(data.Keys))
 	for i, key := range data.Keys {
@@ -217,10 +320,10 @@ func (s *Server) Handle(meta kv.KVMeta, data kv.KVPairs[uint8], srv *kv.KVServer
 		var rerr error
 		switch meta.Cmd {
 		case CmdFunc:
-			results[i], rerr = s.serveFunc(key, payloads[i])
+			results[i], rerr = s.serveFunc(key, payloads[i], readOnly)
 		case CmdSystem:
 			var res []byte
-			res, rerr = s.serveSystem(payloads[i])
+			res, rerr = s.serveSystem(meta, key, payloads[i], readOnly)
 			results[i] = encodeResponse(res, rerr)
 		default:
 			rerr = fmt.Errorf("%w: command %d is reserved by psf but unknown to this server", ErrBadRequest, meta.Cmd)
@@ -234,8 +337,7 @@ func (s *Server) Handle(meta kv.KVMeta, data kv.KVPairs[uint8], srv *kv.KVServer
 		}
 	}
 	if !meta.Pull {
-		s.respond(meta, kv.KVPairs[uint8]{}, srv)
-		return
+		return kv.KVPairs[uint8]{}
 	}
 	res := kv.KVPairs[uint8]{Keys: data.Keys, Lens: make([]int32, len(results))}
 	total := 0
@@ -251,7 +353,7 @@ func (s *Server) Handle(meta kv.KVMeta, data kv.KVPairs[uint8], srv *kv.KVServer
 			res.Vals = append(res.Vals, r...)
 		}
 	}
-	s.respond(meta, res, srv)
+	return res
 }
 
 func (s *Server) respond(meta kv.KVMeta, res kv.KVPairs[uint8], srv *kv.KVServer[uint8]) {
@@ -292,8 +394,11 @@ func splitPayloads(data kv.KVPairs[uint8]) ([][]byte, error) {
 }
 
 // serveFunc runs a function request for the partition key names and
-// returns the response payload, or the error.
-func (s *Server) serveFunc(key uint64, payload []byte) ([]byte, error) {
+// returns the response payload, or the error. The key's range says whose
+// partitions are meant: key = ranges[r].Begin + the partition's id, and
+// the partition is one of rank r's. With readOnly an update kernel is not
+// run, and answers success.
+func (s *Server) serveFunc(key uint64, payload []byte, readOnly bool) ([]byte, error) {
 	h, err := decodeFuncRequest(payload)
 	if err != nil {
 		return nil, err
@@ -305,20 +410,24 @@ func (s *Server) serveFunc(key uint64, payload []byte) ([]byte, error) {
 	if k.update() != (h.kind == kindUpdate) || h.kind != kindGet && h.kind != kindUpdate {
 		return nil, fmt.Errorf("%w: function %q called as the wrong kind (%d)", ErrBadRequest, h.fn, h.kind)
 	}
+	if readOnly && k.update() {
+		// Applied when it was first asked (see Apply): its answer then
+		// was this, unless it failed.
+		return okResponse(0).Bytes(), nil
+	}
+	rank, ok := s.rangeOf(key)
+	if !ok {
+		return nil, fmt.Errorf("%w: key %d is in no server's range", ErrBadRequest, key)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m := s.matrices[h.matrix]
+	m := s.matrixLocked(rank, h.matrix)
 	if m == nil {
-		return nil, fmt.Errorf("%w %q on server %d", ErrNoMatrix, h.matrix, s.po.MyRank())
+		return nil, fmt.Errorf("%w %q on server %d", ErrNoMatrix, h.matrix, rank)
 	}
-	rank := s.po.MyRank()
-	ranges := s.po.ServerKeyRanges()
-	if rank < 0 || rank >= len(ranges) || !ranges[rank].Contains(key) {
-		return nil, fmt.Errorf("%w: key %d is not in server %d's range", ErrBadRequest, key, rank)
-	}
-	id := key - ranges[rank].Begin
+	id := key - s.po.ServerKeyRanges()[rank].Begin
 	var part *partition
-	if id < uint64(m.meta.NumPartitions()) {
+	if id < uint64(m.meta.NumPartitions()) && int(id)%m.meta.NumServers == rank {
 		part = m.parts[int(id)]
 	}
 	if part == nil {
@@ -354,8 +463,28 @@ func (s *Server) runKernel(k Kernel, fn string, blk *Block, param []byte, out *E
 	return k.serve(blk, param, out)
 }
 
-// serveSystem runs a matrix operation.
-func (s *Server) serveSystem(payload []byte) ([]byte, error) {
+// sysChanges reports whether matrix operation op changes a server's
+// matrices (a load stages values, which its commit takes). Saves and
+// commits write files, which is no change of state: the head of a range
+// alone runs them.
+func sysChanges(op uint8) bool {
+	switch op {
+	case opCreate, opDrop, opDelete, opLoad, opLoadCommit, opLoadAbort:
+		return true
+	}
+	return false
+}
+
+// opNames name the matrix operations in messages.
+var opNames = map[uint8]string{
+	opCreate: "create", opDelete: "delete", opMeta: "meta", opSave: "save", opCommit: "commit",
+	opLoad: "load", opLoadCommit: "load commit", opLoadAbort: "load abort", opDrop: "drop",
+}
+
+// serveSystem runs a matrix operation on the key range of key (its
+// server's first key). With readOnly, an operation that changes the
+// server's state is refused.
+func (s *Server) serveSystem(meta kv.KVMeta, key uint64, payload []byte, readOnly bool) ([]byte, error) {
 	r, err := decodeSysRequest(payload)
 	if err != nil {
 		return nil, err
@@ -363,18 +492,27 @@ func (s *Server) serveSystem(payload []byte) ([]byte, error) {
 	if err := validName("matrix", r.matrix); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
+	if readOnly && sysChanges(r.op) {
+		return nil, fmt.Errorf("psf: the %s of %q was not run again: it was asked again without a push, and its first answer is lost", opNames[r.op], r.matrix)
+	}
+	rank, ok := s.rangeOf(key)
+	if !ok {
+		return nil, fmt.Errorf("%w: key %d is in no server's range", ErrBadRequest, key)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.tidy(rank)
+	st := s.state(rank)
 	switch r.op {
 	case opCreate:
-		meta, err := decode(metaCodec, r.args)
+		mm, err := decode(metaCodec, r.args)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
 		}
-		if meta.Name != r.matrix {
-			return nil, fmt.Errorf("%w: create %q with a meta named %q", ErrBadRequest, r.matrix, meta.Name)
+		if mm.Name != r.matrix {
+			return nil, fmt.Errorf("%w: create %q with a meta named %q", ErrBadRequest, r.matrix, mm.Name)
 		}
-		gen, err := s.createLocked(meta)
+		gen, err := s.createLocked(rank, mm, createGen(meta, rank, mm.Name))
 		if err != nil {
 			return nil, err
 		}
@@ -384,34 +522,34 @@ func (s *Server) serveSystem(payload []byte) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
 		}
-		if m := s.matrices[r.matrix]; m != nil && gen != 0 && m.gen == gen {
-			delete(s.matrices, r.matrix)
+		if m := st.matrices[r.matrix]; m != nil && gen != 0 && m.gen == gen {
+			delete(st.matrices, r.matrix)
 		}
 		return nil, nil
 	case opDelete:
-		delete(s.matrices, r.matrix)
-		delete(s.staged, r.matrix)
+		delete(st.matrices, r.matrix)
+		delete(st.staged, r.matrix)
 		if s.opts.ckptDir != "" {
 			if err := removeCheckpoints(s.opts.ckptDir, r.matrix); err != nil {
-				return nil, fmt.Errorf("psf: matrix %q dropped on server %d, but removing its checkpoints failed: %w", r.matrix, s.po.MyRank(), err)
+				return nil, fmt.Errorf("psf: matrix %q dropped on server %d, but removing its checkpoints failed: %w", r.matrix, rank, err)
 			}
 		}
 		return nil, nil
 	case opLoadCommit:
-		m := s.staged[r.matrix]
+		m := st.staged[r.matrix]
 		if m == nil {
-			return nil, fmt.Errorf("psf: no load of %q to commit on server %d", r.matrix, s.po.MyRank())
+			return nil, fmt.Errorf("psf: no load of %q to commit on server %d", r.matrix, rank)
 		}
-		delete(s.staged, r.matrix)
-		s.matrices[r.matrix] = m
+		delete(st.staged, r.matrix)
+		st.matrices[r.matrix] = m
 		return nil, nil
 	case opLoadAbort:
-		delete(s.staged, r.matrix)
+		delete(st.staged, r.matrix)
 		return nil, nil
 	case opMeta:
-		m := s.matrices[r.matrix]
+		m := st.matrices[r.matrix]
 		if m == nil {
-			return nil, fmt.Errorf("%w %q on server %d", ErrNoMatrix, r.matrix, s.po.MyRank())
+			return nil, fmt.Errorf("%w %q on server %d", ErrNoMatrix, r.matrix, rank)
 		}
 		return encode(metaCodec, m.meta)
 	case opSave, opCommit, opLoad:
@@ -425,15 +563,15 @@ func (s *Server) serveSystem(payload []byte) ([]byte, error) {
 		}
 		switch r.op {
 		case opSave:
-			m := s.matrices[r.matrix]
+			m := st.matrices[r.matrix]
 			if m == nil {
-				return nil, fmt.Errorf("%w %q on server %d", ErrNoMatrix, r.matrix, s.po.MyRank())
+				return nil, fmt.Errorf("%w %q on server %d", ErrNoMatrix, r.matrix, rank)
 			}
 			return nil, savePartitions(dir, m)
 		case opCommit:
-			m := s.matrices[r.matrix]
+			m := st.matrices[r.matrix]
 			if m == nil {
-				return nil, fmt.Errorf("%w %q on server %d", ErrNoMatrix, r.matrix, s.po.MyRank())
+				return nil, fmt.Errorf("%w %q on server %d", ErrNoMatrix, r.matrix, rank)
 			}
 			if err := commitSave(dir, m.meta); err != nil {
 				return nil, err
@@ -443,37 +581,58 @@ func (s *Server) serveSystem(payload []byte) ([]byte, error) {
 			}
 			return nil, nil
 		default: // phase one of a load: read and keep the values aside
-			m, err := s.readSaved(dir, r.matrix, a.meta)
+			m, err := s.readSaved(dir, r.matrix, a.meta, rank)
 			if err != nil {
 				return nil, err
 			}
-			s.staged[r.matrix] = m
+			st.staged[r.matrix] = m
 			return encode(metaCodec, m.meta)
 		}
 	}
 	return nil, fmt.Errorf("%w: unknown operation %d", ErrBadRequest, r.op)
 }
 
-// createLocked creates a matrix, or accepts an identical one. It returns
-// the new matrix's generation (which opDrop takes to undo the create), or 0
-// if the matrix was there already.
-func (s *Server) createLocked(meta MatrixMeta) (uint64, error) {
+// createGen returns the generation of the matrix a create makes: a hash of
+// the request's origin (sender, customer, timestamp), the range and the
+// matrix name, never 0. Every server applying the create (the head of the
+// range and its backups, or a new head it is sent again to) computes the
+// same, so that the drop undoing that create (opDrop) finds it on each,
+// and no other create's drop does.
+func createGen(meta kv.KVMeta, rank int, name string) uint64 {
+	h := fnv.New64a()
+	var b [32]byte
+	binary.LittleEndian.PutUint64(b[0:], uint64(int64(meta.Sender)))
+	binary.LittleEndian.PutUint64(b[8:], uint64(int64(meta.CustomerID)))
+	binary.LittleEndian.PutUint64(b[16:], uint64(int64(meta.Timestamp)))
+	binary.LittleEndian.PutUint64(b[24:], uint64(int64(rank)))
+	h.Write(b[:])
+	h.Write([]byte(name))
+	if g := h.Sum64(); g != 0 {
+		return g
+	}
+	return 1
+}
+
+// createLocked creates rank's partitions of a matrix, or accepts an
+// identical one. It returns the new matrix's generation gen (which opDrop
+// takes to undo the create), or 0 if the matrix was there already.
+func (s *Server) createLocked(rank int, meta MatrixMeta, gen uint64) (uint64, error) {
 	if err := meta.validate(); err != nil {
 		return 0, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
 	if meta.NumServers != s.po.NumServers() {
 		return 0, fmt.Errorf("%w: matrix %q is laid out for %d servers, the job has %d", ErrBadRequest, meta.Name, meta.NumServers, s.po.NumServers())
 	}
-	if m := s.matrices[meta.Name]; m != nil {
+	st := s.state(rank)
+	if m := st.matrices[meta.Name]; m != nil {
 		if m.meta != meta {
 			return 0, fmt.Errorf("psf: matrix %q exists with another shape or layout (%+v, asked %+v)", meta.Name, m.meta, meta)
 		}
 		return 0, nil
 	}
-	m := newServerMatrix(meta, s.po.MyRank())
-	s.lastGen++
-	m.gen = s.lastGen
-	s.matrices[meta.Name] = m
+	m := newServerMatrix(meta, rank)
+	m.gen = gen
+	st.matrices[meta.Name] = m
 	return m.gen, nil
 }
 

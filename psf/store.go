@@ -163,39 +163,61 @@ func savePartitions(dir string, m *serverMatrix) error {
 // writePart writes a partition's part file, version 2: the rows that are
 // not all +0.
 func writePart(mdir string, p *partition) error {
-	present := make([]byte, (len(p.rows)+7)/8)
+	return writeChecked(filepath.Join(mdir, partFileName(p.meta.ID)), func(bw *bufio.Writer) error {
+		return encodeDensePart(bw, p, false)
+	})
+}
+
+// densePresent returns the presence bits of a dense partition's rows (see
+// the version 2 part file): the rows allocated, with allocated, else the
+// rows that are not all +0.
+func densePresent(p *partition, allocated bool) (present []byte, n int) {
+	present = make([]byte, (len(p.rows)+7)/8)
 	for i, row := range p.rows {
-		if row != nil && !allZero(row) {
+		if row != nil && (allocated || !allZero(row)) {
 			present[i/8] |= 1 << (i % 8)
+			n++
 		}
 	}
-	return writeChecked(filepath.Join(mdir, partFileName(p.meta.ID)), func(bw *bufio.Writer) error {
-		hdr := make([]byte, 0, partHeaderSize+len(present))
-		hdr = append(hdr, partMagic2...)
-		for _, v := range []int64{int64(p.meta.RowStart), int64(p.meta.RowEnd), p.meta.ColStart, p.meta.ColEnd} {
-			hdr = binary.LittleEndian.AppendUint64(hdr, uint64(v))
+	return present, n
+}
+
+// encodeDensePart writes the body of a version 2 part file of p (all but
+// the checksum) to w: the rows allocated if allocated, else those that are
+// not all +0.
+func encodeDensePart(w io.Writer, p *partition, allocated bool) error {
+	present, _ := densePresent(p, allocated)
+	hdr := make([]byte, 0, partHeaderSize+len(present))
+	hdr = append(hdr, partMagic2...)
+	for _, v := range []int64{int64(p.meta.RowStart), int64(p.meta.RowEnd), p.meta.ColStart, p.meta.ColEnd} {
+		hdr = binary.LittleEndian.AppendUint64(hdr, uint64(v))
+	}
+	hdr = append(hdr, present...)
+	if _, err := w.Write(hdr); err != nil {
+		return err
+	}
+	var buf []byte
+	for i, row := range p.rows {
+		if present[i/8]&(1<<(i%8)) == 0 {
+			continue
 		}
-		hdr = append(hdr, present...)
-		if _, err := bw.Write(hdr); err != nil {
+		if buf == nil {
+			buf = make([]byte, 8*p.meta.Width())
+		}
+		for j, x := range row {
+			binary.LittleEndian.PutUint64(buf[8*j:], math.Float64bits(x))
+		}
+		if _, err := w.Write(buf); err != nil {
 			return err
 		}
-		var buf []byte
-		for i, row := range p.rows {
-			if present[i/8]&(1<<(i%8)) == 0 {
-				continue
-			}
-			if buf == nil {
-				buf = make([]byte, 8*p.meta.Width())
-			}
-			for j, x := range row {
-				binary.LittleEndian.PutUint64(buf[8*j:], math.Float64bits(x))
-			}
-			if _, err := bw.Write(buf); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	}
+	return nil
+}
+
+// densePartSize returns the bytes encodeDensePart writes.
+func densePartSize(p *partition, allocated bool) int64 {
+	present, n := densePresent(p, allocated)
+	return int64(partHeaderSize+len(present)) + int64(n)*int64(p.meta.Width())*8
 }
 
 // writeChecked writes a part file at path atomically: what body writes to
@@ -466,6 +488,17 @@ func readPart(path string, want metaFilePart) ([][]float64, error) {
 	if crc32.Checksum(body, crcTable) != sum {
 		return nil, fmt.Errorf("%s: checksum mismatch", path)
 	}
+	return parseDensePart(path, body, want)
+}
+
+// parseDensePart reads and checks the body of a part file of either
+// version (all but the checksum), named path in errors, and returns its
+// rows, nil for the rows not stored (all zeros).
+func parseDensePart(path string, body []byte, want metaFilePart) ([][]float64, error) {
+	if len(body) < partHeaderSize {
+		return nil, fmt.Errorf("%s: %d bytes, too short for a psf part", path, len(body))
+	}
+	b := body
 	magic := string(b[:8])
 	if magic != partMagic1 && magic != partMagic2 {
 		return nil, fmt.Errorf("%s: not a psf part file", path)
@@ -484,7 +517,7 @@ func readPart(path string, want metaFilePart) ([][]float64, error) {
 	if magic == partMagic2 {
 		n := (nrows + 7) / 8
 		if len(data) < n {
-			return nil, fmt.Errorf("%s: %d bytes, too short for the presence of %d rows", path, len(b), nrows)
+			return nil, fmt.Errorf("%s: %d bytes, too short for the presence of %d rows", path, len(body), nrows)
 		}
 		bitmap := data[:n]
 		data = data[n:]
@@ -517,18 +550,18 @@ func readPart(path string, want metaFilePart) ([][]float64, error) {
 }
 
 // readSaved reads matrix name from dir/name into a new server matrix
-// holding this server's partitions, filled with the values of the
-// overlapping saved partitions; s is not changed. The layout is that of the
-// matrix the server holds, else want, else the saved one.
-func (s *Server) readSaved(dir, name string, want *MatrixMeta) (*serverMatrix, error) {
+// holding rank's partitions, filled with the values of the overlapping
+// saved partitions; s is not changed. The layout is that of the matrix
+// range rank holds, else want, else the saved one. s.mu is held.
+func (s *Server) readSaved(dir, name string, want *MatrixMeta, rank int) (*serverMatrix, error) {
 	mf, err := readMeta(dir, name)
 	if err != nil {
 		return nil, err
 	}
 	var meta MatrixMeta
 	switch {
-	case s.matrices[name] != nil:
-		meta = s.matrices[name].meta
+	case s.matrixLocked(rank, name) != nil:
+		meta = s.matrixLocked(rank, name).meta
 	case want != nil:
 		meta = *want
 	default:
@@ -547,7 +580,7 @@ func (s *Server) readSaved(dir, name string, want *MatrixMeta) (*serverMatrix, e
 	if meta.Rows != mf.Rows || meta.Cols != mf.Cols {
 		return nil, fmt.Errorf("psf: loading matrix %q: saved %dx%d, the matrix is %dx%d", name, mf.Rows, mf.Cols, meta.Rows, meta.Cols)
 	}
-	m := newServerMatrix(meta, s.po.MyRank())
+	m := newServerMatrix(meta, rank)
 	if meta.Type == Sparse {
 		if err := readSparseSaved(dir, mf, m); err != nil {
 			return nil, err
@@ -633,12 +666,19 @@ func readSparseSaved(dir string, mf metaFile, m *serverMatrix) error {
 
 // RestoreLatest loads every matrix that has a checkpoint in the checkpoint
 // directory from its latest checkpoint, as a server that replaced a dead
-// one does (NewServer calls it then). Values changed after that checkpoint
-// are lost.
+// one does (NewServer calls it then): the partitions of the server's own
+// rank. Values changed after that checkpoint are lost. A server NewServer
+// made the store of a managed job refuses: the framework restores its
+// ranges there, and a change outside its requests would set the server
+// apart from the others holding them (use Matrix.Recover).
 func (s *Server) RestoreLatest() error {
 	if s.opts.ckptDir == "" {
 		return errors.New("psf: no checkpoint directory (WithCheckpointDir)")
 	}
+	if s.managed {
+		return errors.New("psf: RestoreLatest in a managed job: the framework restores the servers' ranges; use Matrix.Recover to go back to a checkpoint")
+	}
+	rank := s.po.MyRank()
 	ents, err := os.ReadDir(filepath.Join(s.opts.ckptDir, "latest"))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -664,12 +704,12 @@ func (s *Server) RestoreLatest() error {
 			errs = append(errs, fmt.Errorf("psf: checkpoint id of %q: %q", name, b))
 			continue
 		}
-		m, err := s.readSaved(checkpointDir(s.opts.ckptDir, id), name, nil)
+		m, err := s.readSaved(checkpointDir(s.opts.ckptDir, id), name, nil, rank)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		s.matrices[name] = m
+		s.state(rank).matrices[name] = m
 	}
 	return errors.Join(errs...)
 }

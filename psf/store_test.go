@@ -247,6 +247,7 @@ func TestRestartedServerRestores(t *testing.T) {
 		c.HeartbeatTimeout = 600 * time.Millisecond
 	}
 	j := newJob(t, 2, 1, testcluster.Options{Tweak: hb, Quiet: true}, psf.WithCheckpointDir(ckpt))
+	j.clients[0].AcceptStateLoss() // the changes since the checkpoint are lost
 	const rows, cols = 3, 40
 	m, err := j.clients[0].CreateMatrix(ctx, psf.MatrixMeta{Name: "rs", Rows: rows, Cols: cols})
 	if err != nil {
@@ -308,6 +309,9 @@ func TestRestartedServerRestores(t *testing.T) {
 	}
 	for r := range want {
 		checkRow(t, "restored row", got[r], want[r])
+	}
+	if err := j.clients[0].StateLoss(); err == nil {
+		t.Error("the client did not hear of the loss")
 	}
 	j.c.Finalize(t)
 }

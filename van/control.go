@@ -126,6 +126,11 @@ func (v *Van) noteLocked(e control.Event) bool {
 	case control.EventView:
 		v.view.Store(e.View)
 		return true
+	case control.EventIncarnations:
+		if inc, ok := v.tr.(Incarnations); ok {
+			inc.SetIncarnations(e.Incarnations)
+		}
+		return false
 	case control.EventCut, control.EventCommitted:
 		return true
 	}

@@ -377,6 +377,12 @@ func (v *Van) decode(ident []byte, frames [][]byte) (*message.Message, error) {
 	}
 	msg.Meta.Sender = ParseIdentity(ident)
 	msg.Meta.Recver = v.MyNode().ID
+	if msg.Meta.Control.Cmd == message.CmdAddNode && msg.Meta.Sender == emptyID {
+		// A registration: the scheduler records which process made it.
+		if inc, ok := v.tr.(Incarnations); ok {
+			msg.Process = inc.ProcessOf(ident)
+		}
+	}
 	if len(msg.Data) > 0 && len(msg.Meta.DataTypes) != len(msg.Data) {
 		err := fmt.Errorf("%d data frames but %d data types", len(msg.Data), len(msg.Meta.DataTypes))
 		msg.Recycle()

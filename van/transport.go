@@ -27,6 +27,23 @@ var ErrClosed = errors.New("van: transport closed")
 // dropped and receiving goes on.
 var ErrOversized = errors.New("van: message too large")
 
+// Incarnations is implemented by transports that tell processes apart:
+// every connection this node makes presents the node's process
+// incarnation (a random number it draws when it starts), and an accepted
+// connection's is known. SetIncarnations gives, for node ids, the
+// incarnation of the process that holds the id now (from the scheduler,
+// which saw each register): a connection that claims one of those ids
+// from another process (a replaced node's woken predecessor, or anyone
+// else) is refused at its handshake, whatever Handover says. Ids not
+// given (C++ nodes present none) keep the Handover rules.
+type Incarnations interface {
+	// ProcessOf returns the incarnation the connection holding identity
+	// presented ("" when none).
+	ProcessOf(identity []byte) string
+	// SetIncarnations replaces the incarnations of node ids.
+	SetIncarnations(byID map[int]string)
+}
+
 // Handover is implemented by transports whose receiving socket can let a
 // new connection take over the identity of an open one (ZeroMQ's
 // ROUTER_HANDOVER). The van turns it on for a while after a node is

@@ -20,7 +20,7 @@ func main() {
 		s, err := ps.NewKVServer[float32](0)
 		prog.Check(err, "server")
 		h := kv.NewDefaultHandle[float32]()
-		prog.Check(s.SetRequestHandle(h.Handle), "handle")
+		prog.Check(s.SetStore(h), "store")
 		ps.RegisterExitCallback(s.Close)
 	}
 	if ps.IsWorker() {

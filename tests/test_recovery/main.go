@@ -1,35 +1,46 @@
 // Command test_recovery is a job that survives losing a server or a worker
-// when a replacement is started, and fails cleanly when none is. Workers
-// push ones to keys spread over all servers in rounds (printing "round N
-// done" after each) and pull them back at the end; a server killed mid-job
-// and started again takes the dead server's id (its store starts empty) and
-// the job carries on, and so does a worker's replacement. Run it with
-// resending and heartbeats on:
+// and says exactly what, if anything, the loss cost. Workers push ones to a
+// key of their own on every server in rounds (printing "round N done"
+// after each) and pull them back at the end, where each key must hold
+// every round pushed, less exactly the pushes the worker was told were
+// lost (kv.StateLostError): nothing lost with PS_REPLICAS; with a
+// replacement of a server that had no replica, what it had.
 //
 //	PS_RESEND=1 PS_HEARTBEAT_INTERVAL=1 PS_HEARTBEAT_TIMEOUT=5 scripts/local.sh 2 1 build/test_recovery
+//	PS_REPLICAS=1 PS_HEARTBEAT_INTERVAL=1 PS_HEARTBEAT_TIMEOUT=5 scripts/local.sh 3 2 build/test_recovery
 //
-// and kill and restart a node while it runs (tests/faults_test.go does).
-// Each worker prints, per server rank, the count it pulled for its own key
-// on that server after the last round: a server that never died holds
-// every round; a replaced one holds only the rounds pushed after it came
-// back; a replaced worker's keys hold its predecessor's rounds too. Every
-// node exits 1, saying why, when the job fails.
+// and kill, stop or cut off a node while it runs (tests/failure_model_test.go
+// and tests/replication_test.go do). The program accepts losing state
+// (AcceptStateLoss) unless -strict: then a loss stops the job, naming the
+// server, its keys and the pushes lost.
+//
+// With PS_CHECKPOINT_DIR and -checkpoint=N, the workers take a snapshot
+// every N rounds (between two barriers, so that it holds exactly those
+// rounds); a job killed whole and launched again with the same directory
+// resumes after the last snapshot's round and ends with the same totals.
+// Every node exits 1, saying why, when the job fails.
 package main
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gopslite/pslite/internal/prog"
 	"github.com/gopslite/pslite/kv"
+	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/ps"
 )
 
 var (
-	rounds = flag.Int("rounds", 40, "push rounds")
-	pause  = flag.Duration("pause", 100*time.Millisecond, "pause between rounds")
+	rounds     = flag.Int("rounds", 40, "push rounds")
+	pause      = flag.Duration("pause", 100*time.Millisecond, "pause between rounds")
+	strict     = flag.Bool("strict", false, "stop the job when a server loses pushes, instead of accepting the loss")
+	checkpoint = flag.Int("checkpoint", 0, "with PS_CHECKPOINT_DIR: take a snapshot every this many rounds (0: never)")
 )
 
 func main() {
@@ -39,45 +50,98 @@ func main() {
 	if ps.IsServer() {
 		s, err := ps.NewKVServer[int64](0)
 		prog.Check(err, "server")
-		prog.Check(s.SetRequestHandle(kv.NewDefaultHandle[int64]().Handle), "handle")
+		prog.Check(s.SetStore(kv.NewDefaultHandle[int64]()), "store")
 		ps.RegisterExitCallback(s.Close)
 		prog.Logf("serving (recovery=%t)", node.IsRecovery())
 	}
 	if ps.IsWorker() {
-		prog.Logf("working (recovery=%t)", node.IsRecovery())
-		w, err := ps.NewKVWorker[int64](0, 0)
-		prog.Check(err, "worker")
-		n := ps.NumServers()
-		keys := make([]uint64, n)
-		ones := make([]int64, n)
-		for i, r := range node.ServerKeyRanges() {
-			keys[i] = r.Begin + uint64(ps.MyRank())
-			ones[i] = 1
-		}
-		for round := 0; round < *rounds; round++ {
-			ts, err := w.Push(keys, ones, nil)
-			prog.Check(err, "push")
-			prog.Check(w.Wait(ts), fmt.Sprintf("push round %d", round))
-			prog.Logf("round %d done", round)
-			time.Sleep(*pause)
-		}
-		var got []int64
-		ts, err := w.Pull(keys, &got, nil)
-		prog.Check(err, "pull")
-		prog.Check(w.Wait(ts), "pull")
-		// A replacement's keys also hold what its predecessor pushed.
-		most := int64(*rounds)
-		if node.IsRecovery() {
-			most = 2 * int64(*rounds)
-		}
-		var parts []string
-		for i, v := range got {
-			if v < 1 || v > most {
-				prog.Failf("server %d holds %d for %d rounds", i, v, *rounds)
-			}
-			parts = append(parts, fmt.Sprintf("server%d=%d", i, v))
-		}
-		prog.Logf("after %d rounds: %s", *rounds, strings.Join(parts, " "))
+		work(node.IsRecovery())
 	}
 	prog.Check(ps.Finalize(0, true), "finalize")
+}
+
+func work(recovery bool) {
+	node, _ := ps.Node()
+	w, err := ps.NewKVWorker[int64](0, 0)
+	prog.Check(err, "worker")
+	if !*strict {
+		w.AcceptStateLoss()
+	}
+	first := 0
+	if gen, meta := ps.Restored(); gen != 0 {
+		r, err := strconv.Atoi(strings.TrimPrefix(meta, "round="))
+		prog.Check(err, "the snapshot's meta "+strconv.Quote(meta))
+		first = r
+		prog.Logf("resumed from snapshot %d after round %d", gen, r)
+	}
+	prog.Logf("working (recovery=%t)", recovery)
+	n := ps.NumServers()
+	keys := make([]uint64, n)
+	ones := make([]int64, n)
+	for i, r := range node.ServerKeyRanges() {
+		keys[i] = r.Begin + uint64(ps.MyRank())
+		ones[i] = 1
+	}
+	for round := first; round < *rounds; round++ {
+		ts, err := w.Push(keys, ones, nil)
+		prog.Check(err, "push")
+		prog.Check(w.Wait(ts), fmt.Sprintf("push round %d", round))
+		prog.Logf("round %d done", round)
+		if *checkpoint > 0 && (round+1)%*checkpoint == 0 && round+1 < *rounds {
+			snap(round + 1)
+		}
+		time.Sleep(*pause)
+	}
+	var got []int64
+	ts, err := w.Pull(keys, &got, nil)
+	prog.Check(err, "pull")
+	prog.Check(w.Wait(ts), "pull")
+	lost := make([]int64, n)
+	var se *kv.StateLostError
+	for _, e := range unjoin(w.StateLoss()) {
+		if errors.As(e, &se) && se.Server < n {
+			lost[se.Server] += se.Pushes
+			prog.Logf("lost: %v", se)
+		}
+	}
+	var parts []string
+	for i, v := range got {
+		want := int64(*rounds) - lost[i]
+		switch {
+		case recovery:
+			// A replacement's keys also hold what its predecessor pushed.
+			if v < want || v > int64(2**rounds) {
+				prog.Failf("server %d holds %d for %d rounds (%d lost), want %d to %d", i, v, *rounds, lost[i], want, 2**rounds)
+			}
+		case v != want:
+			prog.Failf("server %d holds %d for %d rounds with %d lost, want exactly %d", i, v, *rounds, lost[i], want)
+		}
+		parts = append(parts, fmt.Sprintf("server%d=%d", i, v))
+	}
+	prog.Logf("after %d rounds: %s (lost %v)", *rounds, strings.Join(parts, " "), lost)
+}
+
+// snap takes a snapshot holding exactly round rounds: every worker waits
+// at a barrier, worker 0 takes it, and they wait again.
+func snap(round int) {
+	prog.Check(ps.Barrier(0, message.WorkerGroup), "barrier")
+	if ps.MyRank() == 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		gen, err := ps.Checkpoint(ctx, fmt.Sprintf("round=%d", round))
+		cancel()
+		prog.Check(err, "checkpoint")
+		prog.Logf("snapshot %d after round %d", gen, round)
+	}
+	prog.Check(ps.Barrier(0, message.WorkerGroup), "barrier")
+}
+
+// unjoin returns the errors errors.Join made err of.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err != nil {
+		return []error{err}
+	}
+	return nil
 }

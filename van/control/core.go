@@ -199,9 +199,13 @@ const (
 	// worker whose request RequestID asked for it; Gen 0: refused, Text
 	// says why).
 	EventCommitted
+	// EventIncarnations: the process incarnation of the nodes of the job
+	// (Incarnations, by id), for the transport to refuse connections that
+	// claim a node's identity from another process.
+	EventIncarnations
 )
 
-var eventNames = [...]string{"", "ready", "barrier-done", "peer-down", "peer-up", "node-dead", "node-back", "node-replaced", "failed", "view", "cut", "committed"}
+var eventNames = [...]string{"", "ready", "barrier-done", "peer-down", "peer-up", "node-dead", "node-back", "node-replaced", "failed", "view", "cut", "committed", "incarnations"}
 
 func (t EventType) String() string {
 	if t > 0 && int(t) < len(eventNames) {
@@ -221,6 +225,9 @@ type Event struct {
 	Gen       uint64        // EventCut, EventCommitted
 	RequestID int32         // EventCommitted
 	Text      string        // EventCut, EventCommitted
+	// Incarnations maps node ids to process incarnations
+	// (EventIncarnations).
+	Incarnations map[int]string
 }
 
 // Core is one node's control protocol. It is not safe for concurrent use:
@@ -236,6 +243,7 @@ type Core struct {
 
 	startedAt   time.Time
 	lastBeat    time.Time // last heartbeat sent
+	lastTick    time.Time // a server's or worker's last Tick, to find it was frozen
 	finalizing  bool
 	passedFinal bool // the final barrier was released
 
@@ -263,6 +271,11 @@ type Core struct {
 	cuts       map[uint64]map[int]bool // snapshots in progress: ranges written
 	cutWaiters map[uint64][]cutRequest
 	marking    map[uint64]map[int]bool // snapshots written, by the servers yet to mark them complete
+	// The process incarnation of each node, by id: the scheduler's from
+	// the registrations (procByAddr until ids are given), the others' from
+	// the scheduler.
+	incarnations map[int]string
+	procByAddr   map[string]string
 	// A server's or worker's:
 	view  *replica.View
 	nodes []message.Node // the job's nodes, from the scheduler's list
@@ -275,15 +288,17 @@ func New(cfg Config) (*Core, error) {
 		return nil, err
 	}
 	c := &Core{
-		cfg:        cfg,
-		log:        cfg.Log,
-		peers:      map[int]*peer{},
-		connected:  map[int]string{},
-		links:      map[int]*linkState{},
-		byAddr:     map[string]int{},
-		shared:     map[int]int{},
-		cuts:       map[uint64]map[int]bool{},
-		cutWaiters: map[uint64][]cutRequest{},
+		cfg:          cfg,
+		log:          cfg.Log,
+		peers:        map[int]*peer{},
+		connected:    map[int]string{},
+		links:        map[int]*linkState{},
+		byAddr:       map[string]int{},
+		shared:       map[int]int{},
+		cuts:         map[uint64]map[int]bool{},
+		cutWaiters:   map[uint64][]cutRequest{},
+		incarnations: map[int]string{},
+		procByAddr:   map[string]string{},
 	}
 	c.sched = message.Node{Role: message.RoleScheduler, ID: message.Scheduler, Hostname: cfg.SchedulerHost, Port: int32(cfg.SchedulerPort)}
 	if cfg.Role == message.RoleScheduler {

@@ -2,7 +2,10 @@ package control
 
 import (
 	"fmt"
+	"maps"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gopslite/pslite/message"
@@ -164,6 +167,9 @@ func (c *Core) register(o *out, msg *message.Message, now time.Time) {
 		return
 	}
 	n.ID, n.IsRecovery = empty, false
+	if msg.Process != "" {
+		c.procByAddr[n.Addr()] = msg.Process
+	}
 	switch c.phase {
 	case PhaseJoining:
 		total := c.cfg.NumServers + c.cfg.NumWorkers
@@ -226,6 +232,12 @@ func (c *Core) assignIDs(o *out, now time.Time) {
 		c.connect(o, *n, now)
 	}
 	c.registered = append(nodes, c.me)
+	for _, n := range nodes {
+		if p := c.procByAddr[n.Addr()]; p != "" {
+			c.incarnations[int(n.ID)] = p
+		}
+	}
+	c.sendIncarnations(o, -1)
 	for _, id := range c.members(message.ServerGroup + message.WorkerGroup) {
 		if _, shared := c.shared[id]; !shared {
 			c.sendNodes(o, id, c.registered)
@@ -357,10 +369,17 @@ func (c *Core) replace(o *out, id int, n message.Node, now time.Time) {
 			c.registered[i].IsRecovery = true
 		}
 	}
+	if p := c.procByAddr[n.Addr()]; p != "" {
+		c.incarnations[id] = p
+	} else {
+		delete(c.incarnations, id)
+	}
+	c.sendIncarnations(o, id)
 	c.connect(o, n, now)
 	// The others first: they let the replacement's connections take over
 	// its predecessor's identity once they hear of it (see ROUTER
-	// handover in the van), which they should before it connects.
+	// handover in the van, and incarnations), which they should before it
+	// connects.
 	for _, m := range c.members(message.ServerGroup + message.WorkerGroup) {
 		if _, shared := c.shared[m]; !shared && m != id && c.peers[m] != nil && !c.peers[m].dead {
 			c.sendNodes(o, m, []message.Node{n})
@@ -370,8 +389,59 @@ func (c *Core) replace(o *out, id int, n message.Node, now time.Time) {
 	for i := range c.registered {
 		c.registered[i].IsRecovery = false
 	}
+	c.sendIncarnationsTo(o, id)
 	o.notify(Event{Type: EventNodeReplaced, ID: id, Node: n})
 	c.serverReplaced(o, id)
+}
+
+// sendIncarnationsTo sends node id the incarnations of every node.
+func (c *Core) sendIncarnationsTo(o *out, id int) {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(c.incarnations)) {
+		fmt.Fprintf(&b, "%d:%s ", k, c.incarnations[k])
+	}
+	o.send(NewNotice(id, NoticeIncarnations, strings.TrimSpace(b.String()), c.nextTS()))
+}
+
+// NoticeIncarnations, from the scheduler to every server and worker: the
+// process incarnation of each node (see van.Incarnations). The text is
+// "<id>:<incarnation>" pairs separated by spaces.
+const NoticeIncarnations NoticeKind = "incarnations"
+
+// sendIncarnations tells the scheduler's transport, and every server and
+// worker but skip (the replacement, told with its node list), the process
+// incarnation of each node.
+func (c *Core) sendIncarnations(o *out, skip int) {
+	m := maps.Clone(c.incarnations)
+	o.notify(Event{Type: EventIncarnations, Incarnations: m})
+	var b strings.Builder
+	for _, id := range slices.Sorted(maps.Keys(m)) {
+		fmt.Fprintf(&b, "%d:%s ", id, m[id])
+	}
+	text := strings.TrimSpace(b.String())
+	for _, id := range c.members(message.ServerGroup + message.WorkerGroup) {
+		if _, shared := c.shared[id]; shared || id == skip {
+			continue
+		}
+		if p := c.peers[id]; p == nil || p.dead || p.left {
+			continue
+		}
+		o.send(NewNotice(id, NoticeIncarnations, text, c.nextTS()))
+	}
+}
+
+// ParseIncarnations reads a NoticeIncarnations's text.
+func ParseIncarnations(text string) (map[int]string, error) {
+	m := map[int]string{}
+	for _, f := range strings.Fields(text) {
+		a, b, ok := strings.Cut(f, ":")
+		id, err := strconv.Atoi(a)
+		if !ok || err != nil || b == "" || len(b) > 64 {
+			return nil, fmt.Errorf("control: bad incarnations %q", text)
+		}
+		m[id] = b
+	}
+	return m, nil
 }
 
 // rememberNodes keeps, at a server or worker, the job's nodes from the

@@ -77,6 +77,13 @@ func (c *Core) heartbeat(o *out, msg *message.Message, now time.Time) {
 			if gen, id, why, err := ParseCommitted(text); err == nil {
 				o.notify(Event{Type: EventCommitted, Gen: gen, RequestID: id, Text: why})
 			}
+		case NoticeIncarnations:
+			if m, err := ParseIncarnations(text); err == nil {
+				c.incarnations = m
+				o.notify(Event{Type: EventIncarnations, Incarnations: m})
+			} else {
+				c.log.Warn().Err(err).Msg("dropping incarnations")
+			}
 		}
 		return
 	}
@@ -241,6 +248,17 @@ func (c *Core) Tick(now time.Time) []Output {
 		c.checkMembers(&o, now)
 		return o
 	}
+	if gap := now.Sub(c.lastTick); c.heartbeats() && !c.lastTick.IsZero() && gap > c.cfg.HeartbeatTimeout {
+		// This process did not run for longer than the heartbeat timeout
+		// (stopped, or starved): the scheduler has counted it dead, and a
+		// replacement may have its id now. It is the fault: it stops
+		// without telling anyone (anything it said would pass for its
+		// replacement's words).
+		c.lastTick = now
+		c.failQuietly(&o, &FrozenError{For: gap, Timeout: c.cfg.HeartbeatTimeout})
+		return o
+	}
+	c.lastTick = now
 	if c.heartbeats() && now.Sub(c.lastBeat) >= c.cfg.HeartbeatInterval {
 		c.lastBeat = now
 		msg := message.New()
@@ -365,6 +383,33 @@ func (c *Core) refusalGrace() time.Duration {
 		return c.cfg.ConnGrace + 2*c.cfg.HeartbeatInterval
 	}
 	return c.cfg.ConnGrace
+}
+
+// FrozenError is the error of a server or worker that did not run for
+// longer than PS_HEARTBEAT_TIMEOUT (its process was stopped, or starved of
+// CPU): the job counted it dead, and may have given its place to a
+// replacement.
+type FrozenError struct {
+	For, Timeout time.Duration
+}
+
+func (e *FrozenError) Error() string {
+	return fmt.Sprintf("this process did not run for %v, longer than PS_HEARTBEAT_TIMEOUT (%v) (it was stopped, or starved): the job counted it dead and may have replaced it, so it stops", e.For.Round(time.Millisecond), e.Timeout)
+}
+
+// Unwrap makes errors.Is(err, ErrJobFailed) true: for this node the job is
+// over.
+func (e *FrozenError) Unwrap() error { return ErrJobFailed }
+
+// failQuietly ends the job for this node only: it tells nobody.
+func (c *Core) failQuietly(o *out, err error) {
+	if c.phase == PhaseFailed || c.phase == PhaseDone {
+		return
+	}
+	c.phase = PhaseFailed
+	c.err = err
+	c.log.Error().Err(err).Msg("stopping")
+	o.notify(Event{Type: EventFailed, Err: err})
 }
 
 // fail ends the job with err. The scheduler tells every server and worker

@@ -399,8 +399,11 @@ func (p *peer) dial() (c net.Conn, dead chan struct{}, ok bool) {
 		}
 		t.tune(c)
 		br := bufio.NewReaderSize(c, 4096)
-		if _, err := t.handshake(c, br, "DEALER", p.identity); err != nil {
+		if _, err := t.handshake(c, br, "DEALER", p.identity, nil); err != nil {
 			c.Close()
+			if errors.Is(err, errRefused) {
+				t.refused.Add(1)
+			}
 			// Once a warning (a peer that is no ZeroMQ ROUTER, or wants
 			// CURVE), then quietly, every ReconnectInterval.
 			ev := t.opts.Log.Debug()

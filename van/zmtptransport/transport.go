@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,10 +80,17 @@ type Options struct {
 	// they are given back, so that a handler that keeps a view of its
 	// request reads garbage in its tests (PS_POISON_LENT).
 	PoisonLent bool
+	// Process is this process's incarnation, presented on every
+	// connection it makes (the "X-Pslite-Process" property of its READY;
+	// libzmq peers ignore it); see van.Incarnations.
+	Process string
 	// Log receives the transport's warnings (peers that break the
 	// protocol, refused identities).
 	Log zerolog.Logger
 }
+
+// processProperty is the READY property carrying a process's incarnation.
+const processProperty = "X-Pslite-Process"
 
 const (
 	defaultMaxMessageBytes  = 1 << 30
@@ -155,8 +163,11 @@ type Transport struct {
 	owners   map[string]*inConn // identity -> the connection it is delivered from
 	links    map[*link]struct{} // connections the heartbeat watches
 	handover bool
-	closed   bool
-	anon     uint32 // the last identity made up for a peer without one
+	// incarnations maps identities to the process incarnation that holds
+	// them now (SetIncarnations).
+	incarnations map[string]string
+	closed       bool
+	anon         uint32 // the last identity made up for a peer without one
 
 	view sendq.View[*peer] // peers and closed, published at each change
 	wg   sync.WaitGroup    // every goroutine of the transport
@@ -166,6 +177,9 @@ type Transport struct {
 	pool bufPool // large received frames' buffers
 
 	onConnection atomic.Pointer[func(id int, up bool)]
+
+	// refused counts the handshakes peers refused (their ERROR), for tests.
+	refused atomic.Int64
 }
 
 var (
@@ -174,6 +188,7 @@ var (
 	_ van.Batcher            = (*Transport)(nil)
 	_ van.Handover           = (*Transport)(nil)
 	_ van.Lender             = (*Transport)(nil)
+	_ van.Incarnations       = (*Transport)(nil)
 )
 
 // inMsg is a received message, or the error of one that was skipped.
@@ -186,10 +201,11 @@ type inMsg struct {
 
 // inConn is an accepted connection.
 type inConn struct {
-	c     net.Conn
-	ident string
-	owner atomic.Bool // its messages are delivered (it holds its identity)
-	wMu   sync.Mutex  // guards writes (PONGs)
+	c       net.Conn
+	ident   string
+	process string      // the incarnation it presented
+	owner   atomic.Bool // its messages are delivered (it holds its identity)
+	wMu     sync.Mutex  // guards writes (PONGs)
 }
 
 // New creates a transport.
@@ -222,15 +238,16 @@ func New(opts Options) (*Transport, error) {
 		opts.ReconnectInterval = 100 * time.Millisecond
 	}
 	t := &Transport{
-		opts:   opts,
-		netLog: van.RateLimited(opts.Log),
-		inbox:  make(chan []inMsg, inboxLen),
-		stop:   make(chan struct{}),
-		peers:  map[int]*peer{},
-		conns:  map[*inConn]struct{}{},
-		owners: map[string]*inConn{},
-		links:  map[*link]struct{}{},
-		anon:   rand.Uint32(),
+		opts:         opts,
+		netLog:       van.RateLimited(opts.Log),
+		inbox:        make(chan []inMsg, inboxLen),
+		stop:         make(chan struct{}),
+		peers:        map[int]*peer{},
+		conns:        map[*inConn]struct{}{},
+		owners:       map[string]*inConn{},
+		links:        map[*link]struct{}{},
+		incarnations: map[string]string{},
+		anon:         rand.Uint32(),
 	}
 	if opts.LinkTimeout > 0 {
 		t.wg.Add(1)
@@ -360,13 +377,14 @@ func (t *Transport) serve(ic *inConn) {
 	defer t.forget(ic)
 	t.tune(ic.c)
 	br := bufio.NewReaderSize(ic.c, readBuffer)
-	props, err := t.handshake(ic.c, br, "ROUTER", "")
+	props, err := t.handshake(ic.c, br, "ROUTER", "", t.admit)
 	if err != nil {
 		if !t.stopped() {
 			t.netLog.Warn().Err(err).Str("from", ic.c.RemoteAddr().String()).Msg("zmtp: handshake failed, connection closed")
 		}
 		return
 	}
+	ic.process = props[strings.ToLower(processProperty)]
 	pingMsg := ping(t.opts.LinkTimeout)
 	lk := t.watch(ic.c, func() { ic.write(pingMsg, t.opts.HandshakeTimeout) })
 	defer t.unwatch(lk)
@@ -471,17 +489,72 @@ func (t *Transport) anonIdentity() []byte {
 	return binary.BigEndian.AppendUint32([]byte{0}, n)
 }
 
+// admit decides, at a ROUTER's handshake, whether a peer that announced
+// props may connect: not when it claims the identity of a node whose
+// process is known to be another (a replaced node's predecessor, or a
+// stranger). It returns why not.
+func (t *Transport) admit(props map[string]string) error {
+	ident := props["identity"]
+	if ident == "" {
+		return nil
+	}
+	t.mu.Lock()
+	want := t.incarnations[ident]
+	t.mu.Unlock()
+	if got := props[strings.ToLower(processProperty)]; want != "" && got != want {
+		return fmt.Errorf("identity %s belongs to another process now (this one was replaced, or is not that node)", ident)
+	}
+	return nil
+}
+
+// ProcessOf implements van.Incarnations.
+func (t *Transport) ProcessOf(identity []byte) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if ic := t.owners[string(identity)]; ic != nil {
+		return ic.process
+	}
+	return ""
+}
+
+// SetIncarnations implements van.Incarnations: connections that hold an
+// identity from a process that is no longer its node's are closed.
+func (t *Transport) SetIncarnations(byID map[int]string) {
+	m := make(map[string]string, len(byID))
+	for id, p := range byID {
+		m[fmt.Sprintf("ps%d", id)] = p
+	}
+	t.mu.Lock()
+	t.incarnations = m
+	var stale []*inConn
+	for ident, ic := range t.owners {
+		if want := m[ident]; want != "" && ic.process != want {
+			stale = append(stale, ic)
+		}
+	}
+	t.mu.Unlock()
+	for _, ic := range stale {
+		t.netLog.Warn().Str("identity", ic.ident).Str("from", ic.c.RemoteAddr().String()).
+			Msg("zmtp: closing a connection of a process that no longer holds its identity")
+		ic.c.Close()
+	}
+}
+
 // claim makes ic the connection its identity's messages are delivered
-// from, if no other holds it or handover is on (the other is then
-// closed); it reports whether ic holds it.
+// from, if no other holds it, or ic's process is the identity's known
+// incarnation, or handover is on (the other is then closed); it reports
+// whether ic holds it.
 func (t *Transport) claim(ic *inConn) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	old := t.owners[ic.ident]
+	want := t.incarnations[ic.ident]
 	switch {
 	case old == ic:
 		return true
-	case old != nil && !t.handover:
+	case want != "" && ic.process != want:
+		return false
+	case old != nil && !t.handover && (want == "" || old.process == want):
 		return false
 	}
 	if old != nil {
@@ -505,8 +578,12 @@ func (t *Transport) forget(ic *inConn) {
 }
 
 // handshake makes the ZMTP handshake on c as a socket of type ours,
-// announcing identity, and returns the peer's properties.
-func (t *Transport) handshake(c net.Conn, br *bufio.Reader, ours, identity string) (map[string]string, error) {
+// announcing identity, and returns the peer's properties. A ROUTER passes
+// admit, which sees the peer's READY before this side sends its own: a
+// peer it refuses gets an ERROR instead, and never an established
+// connection. A DEALER reads the peer's ERROR, if it sends one, as the
+// reason it was refused.
+func (t *Transport) handshake(c net.Conn, br *bufio.Reader, ours, identity string, admit func(map[string]string) error) (map[string]string, error) {
 	c.SetDeadline(time.Now().Add(t.opts.HandshakeTimeout))
 	defer c.SetDeadline(time.Time{})
 	if _, err := c.Write(greeting()); err != nil {
@@ -519,8 +596,10 @@ func (t *Transport) handshake(c net.Conn, br *bufio.Reader, ours, identity strin
 	if err := checkGreeting(g); err != nil {
 		return nil, err
 	}
-	if _, err := c.Write(ready(ours, identity)); err != nil {
-		return nil, err
+	if admit == nil {
+		if _, err := c.Write(ready(ours, identity, t.opts.Process)); err != nil {
+			return nil, err
+		}
 	}
 	fr := &frameReader{r: br, maxFrames: 1, maxBytes: 1 << 16}
 	_, cmd, err := fr.readMessage()
@@ -530,6 +609,9 @@ func (t *Transport) handshake(c net.Conn, br *bufio.Reader, ours, identity strin
 	name, body, err := parseCommand(cmd)
 	if err != nil {
 		return nil, err
+	}
+	if name == "ERROR" {
+		return nil, fmt.Errorf("%w: refused: %s", errRefused, parseError(body))
 	}
 	if name != "READY" {
 		return nil, fmt.Errorf("%w: %q before READY", errProtocol, name)
@@ -541,8 +623,20 @@ func (t *Transport) handshake(c net.Conn, br *bufio.Reader, ours, identity strin
 	if theirs := props["socket-type"]; !compatible(ours, theirs) {
 		return nil, fmt.Errorf("%w: a %s socket cannot talk to a %q socket", errProtocol, ours, theirs)
 	}
+	if admit != nil {
+		if err := admit(props); err != nil {
+			c.Write(errorCommand(err.Error()))
+			return nil, err
+		}
+		if _, err := c.Write(ready(ours, identity, "")); err != nil {
+			return nil, err
+		}
+	}
 	return props, nil
 }
+
+// errRefused marks a handshake the peer refused (its ERROR command).
+var errRefused = errors.New("zmtp: connection refused by the peer")
 
 // tune sets a new connection's options.
 func (t *Transport) tune(c net.Conn) {

@@ -186,7 +186,7 @@ func rawPeer(t *testing.T, port int, identity string) net.Conn {
 	if _, err := readFull(c, buf); err != nil {
 		t.Fatal(err)
 	}
-	c.Write(ready("DEALER", identity))
+	c.Write(ready("DEALER", identity, ""))
 	return c
 }
 
@@ -446,7 +446,7 @@ func TestCloseIsBoundedWithAPeerThatDoesNotRead(t *testing.T) {
 		}
 		defer c.Close()
 		c.Write(greeting())
-		c.Write(ready("ROUTER", ""))
+		c.Write(ready("ROUTER", "", ""))
 		<-stop // holds the connection open, reading nothing
 	}()
 	linger := 200 * time.Millisecond
@@ -492,7 +492,7 @@ func TestSilentPeersAreDropped(t *testing.T) {
 			}
 			defer c.Close()
 			c.Write(greeting())
-			c.Write(ready("ROUTER", ""))
+			c.Write(ready("ROUTER", "", ""))
 			go func() { // reads, so that nothing waits on a full buffer
 				buf := make([]byte, 4096)
 				for {
@@ -638,5 +638,56 @@ func TestPingsInterleaveWithMessages(t *testing.T) {
 	case e := <-ev.ch:
 		t.Fatalf("the connection went %q", e)
 	default:
+	}
+}
+
+// TestIncarnationsRefuseAnotherProcess: once the node's incarnations are
+// known, a connection that claims a node's identity from another process
+// (a replaced node's woken predecessor) is refused at its handshake, with
+// the reason, while the node's own process connects, taking the identity
+// over from a connection of the old process.
+func TestIncarnationsRefuseAnotherProcess(t *testing.T) {
+	rx, port := bound(t, Options{})
+	old := newTransport(t, Options{Process: "aaaa"})
+	if err := old.Connect(1, "127.0.0.1", port, "ps9"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Send(context.Background(), 1, [][]byte{[]byte("from the old process")}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, frames := recv(t, rx); string(frames[0]) != "from the old process" {
+		t.Fatalf("got %q", frames[0])
+	}
+	if got := rx.ProcessOf([]byte("ps9")); got != "aaaa" {
+		t.Fatalf("ProcessOf = %q", got)
+	}
+	// Node 9 is now another process: the old one's connection is closed,
+	// and so is every new one it makes.
+	rx.SetIncarnations(map[int]string{9: "bbbb"})
+	repl := newTransport(t, Options{Process: "bbbb"})
+	if err := repl.Connect(1, "127.0.0.1", port, "ps9"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := repl.Send(context.Background(), 1, [][]byte{[]byte("from the replacement")}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, frames := recv(t, rx); string(frames[0]) != "from the replacement" {
+		t.Fatalf("got %q", frames[0])
+	}
+	// The old process tries again: refused at each handshake, so nothing
+	// it sends gets in.
+	old.Send(context.Background(), 1, [][]byte{[]byte("from the old process again")}, false)
+	deadline := time.Now().Add(wait)
+	for old.refused.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the old process's handshakes were not refused")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if ident, frames, err := rx.Recv(); err == nil {
+		t.Fatalf("received %q from %q", frames[0], ident)
+	}
+	if got := rx.ProcessOf([]byte("ps9")); got != "bbbb" {
+		t.Fatalf("ProcessOf = %q, want the replacement's", got)
 	}
 }

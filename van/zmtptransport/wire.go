@@ -107,11 +107,30 @@ func command(name string, body []byte) []byte {
 // ready encodes the READY command of a socket of type socketType with the
 // given identity (libzmq sends the Identity property for DEALER and ROUTER
 // sockets, empty when none is set).
-func ready(socketType, identity string) []byte {
+func ready(socketType, identity, process string) []byte {
 	var body []byte
 	body = appendProperty(body, "Socket-Type", socketType)
 	body = appendProperty(body, "Identity", identity)
+	if process != "" {
+		body = appendProperty(body, processProperty, process)
+	}
 	return command("READY", body)
+}
+
+// errorCommand encodes an ERROR command with reason (at most 255 bytes).
+func errorCommand(reason string) []byte {
+	if len(reason) > 255 {
+		reason = reason[:255]
+	}
+	return command("ERROR", append([]byte{byte(len(reason))}, reason...))
+}
+
+// parseError returns an ERROR command's reason.
+func parseError(body []byte) string {
+	if len(body) < 1 || int(body[0]) > len(body)-1 {
+		return "(malformed ERROR)"
+	}
+	return string(body[1 : 1+int(body[0])])
 }
 
 func appendProperty(b []byte, name, value string) []byte {
