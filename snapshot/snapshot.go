@@ -31,8 +31,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/gopslite/pslite/replica"
 )
 
 const (
@@ -226,9 +224,11 @@ func listRanges(root string, gen uint64, app int) ([]rangeFile, error) {
 // Files returns the files to read to restore range r of a job of n
 // servers for store app from snapshot gen: the range's own file (any
 // server's copy) when the snapshot was taken with n servers too, else one
-// copy of every range of the snapshot's layout that overlaps r's keys. It
-// fails, naming what is missing, when they are not all there (with
-// several hosts, PS_CHECKPOINT_DIR must be shared or copied to each).
+// copy of every range of the snapshot's layout (a store whose workers
+// route keys with a slicer of their own decides which of their entries
+// are range r's; kv.Store.Restore). It fails, naming what is missing, when
+// they are not all there (with several hosts, PS_CHECKPOINT_DIR must be
+// shared or copied to each).
 func Files(root string, gen uint64, app, r, n int) ([]string, error) {
 	files, err := listRanges(root, gen, app)
 	if err != nil {
@@ -243,17 +243,10 @@ func Files(root string, gen uint64, app, r, n int) ([]string, error) {
 			return nil, fmt.Errorf("snapshot %d of store %d mixes layouts of %d and %d servers", gen, app, old, f.n)
 		}
 	}
-	begin, end, last := replica.KeyRange(r, n)
 	var out []string
 	var missing []int
 	for or := 0; or < old; or++ {
-		ob, oe, olast := replica.KeyRange(or, old)
-		// [ob, oe) and [begin, end) meet (a last range is closed at MaxKey).
-		overlaps := (last || ob < end) && (olast || begin < oe)
-		if old == n {
-			overlaps = or == r
-		}
-		if !overlaps {
+		if old == n && or != r {
 			continue
 		}
 		i := slices.IndexFunc(files, func(f rangeFile) bool { return f.r == or })

@@ -66,14 +66,14 @@ func TestRestorableAndFiles(t *testing.T) {
 	if len(problems) > 0 || len(got) != 1 || got[1] != "round=10" {
 		t.Fatalf("Restorable = %v, %v", got, problems)
 	}
-	// Another layout: 3 servers read every overlapping range of the 2.
+	// Another layout: every range of the 2, one copy each.
 	files, err := Files(root, 1, 0, 1, 3)
 	if err != nil || len(files) != 2 {
 		t.Fatalf("range 1 of 3 from 2: %v %v", files, err)
 	}
-	files, err = Files(root, 1, 0, 0, 3)
+	files, err = Files(root, 1, 0, 1, 2)
 	if err != nil || len(files) != 1 {
-		t.Fatalf("range 0 of 3 from 2: %v %v", files, err)
+		t.Fatalf("range 1 of 2 from 2: %v %v", files, err)
 	}
 	// A missing range is named.
 	os.Remove(RangePath(root, 1, 0, 1, 2, 1))

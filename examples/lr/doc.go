@@ -15,7 +15,10 @@
 // model (-sync) is ASP (no waiting), BSP (a step's gradients from every
 // worker are summed and applied at once; pulls for the next step wait for
 // that) or SSP (no worker more than -staleness steps ahead of the slowest);
-// the servers enforce it by holding pull responses.
+// the servers enforce it by holding pull responses. A server's state is a
+// kv.Store: with PS_REPLICAS it is kept on several servers and survives
+// the loss of one, with PS_CHECKPOINT_DIR it is written to disk after
+// every epoch and a job launched again resumes from it.
 //
 // Launch it like any ps-lite program:
 //

@@ -9,6 +9,8 @@ import (
 	"os"
 
 	"github.com/gopslite/pslite/internal/prog"
+	"github.com/gopslite/pslite/kv"
+	"github.com/gopslite/pslite/postoffice"
 	"github.com/gopslite/pslite/ps"
 )
 
@@ -232,45 +234,56 @@ func runJob(cfg *Config, out io.Writer) error {
 	if err := ps.Start(0); err != nil {
 		return err
 	}
+	po, err := ps.Node()
+	if err != nil {
+		return err
+	}
 	var store *Store
 	switch {
-	case ps.IsServer():
-		var err error
-		if store, err = serve(cfg); err != nil {
+	case po.IsServer():
+		if store, err = serve(po, cfg); err != nil {
 			return err
 		}
-	case ps.IsWorker():
-		if err := work(cfg, out); err != nil {
-			return fmt.Errorf("worker %d: %w", ps.MyRank(), err)
+	case po.IsWorker():
+		if err := work(po, cfg, out); err != nil {
+			return fmt.Errorf("worker %d: %w", po.MyRank(), err)
 		}
 	}
 	if err := ps.Finalize(0, true); err != nil {
 		return err
 	}
 	if store != nil {
-		st, errs := store.Stats()
-		fmt.Fprintf(out, "[server %d] %s\n", ps.MyRank(), st.Summary(cfg.Sync))
-		if len(errs) > 0 {
-			return fmt.Errorf("server %d: %d bad requests or failed responses, first: %w", ps.MyRank(), len(errs), errs[0])
-		}
+		return serverReport(store, cfg, po.MyRank(), out)
 	}
 	return nil
 }
 
-// serve installs the server's request handle.
-func serve(cfg *Config) (*Store, error) {
+// serverReport prints a server's last line and returns the first bad
+// request or failed response it saw.
+func serverReport(store *Store, cfg *Config, rank int, out io.Writer) error {
+	st, errs := store.Stats()
+	fmt.Fprintf(out, "[server %d] %s\n", rank, st.Summary(cfg.Sync))
+	if len(errs) > 0 {
+		return fmt.Errorf("server %d: %d bad requests or failed responses, first: %w", rank, len(errs), errs[0])
+	}
+	return nil
+}
+
+// serve installs the server's store: in a job with PS_REPLICAS it is kept
+// on several servers, with PS_CHECKPOINT_DIR written to disk (kv.Store).
+func serve(po *postoffice.Postoffice, cfg *Config) (*Store, error) {
 	opt, err := cfg.optimizer()
 	if err != nil {
 		return nil, err
 	}
-	store := NewStore(opt, cfg.Sync, cfg.Staleness, ps.NumWorkers())
-	srv, err := ps.NewKVServer[float32](0)
+	store := NewStore(opt, cfg.Sync, cfg.Staleness, po.NumWorkers())
+	srv, err := kv.NewKVServer[float32](po, 0)
 	if err != nil {
 		return nil, err
 	}
-	if err := srv.SetRequestHandle(store.Handle); err != nil {
+	if err := srv.SetStore(store); err != nil {
 		return nil, err
 	}
-	ps.RegisterExitCallback(srv.Close)
+	po.RegisterExitCallback(srv.Close)
 	return store, nil
 }

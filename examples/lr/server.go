@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -50,7 +51,22 @@ const (
 	kindFinal    = 2 // pulls of weights answered at once (the workers synchronise before)
 	kindInit     = 3 // pushes of a saved model's state (warm start): W, Z, N per key
 	kindSnapshot = 4 // pushes of one control key: save the model (step = round) or restore it
-	kindDump     = 5 // pull of a control key: every model key of the server below its value, with state
+	kindDump     = 5 // pull of a control key: every model key of the server's range, with state
+	kindJob      = 6 // pushes of one control key per server: the job's run or key layout (the step says which)
+)
+
+// Job commands, the step of a kindJob push; the values follow the control
+// key, each uint64 in two float32s (see appendUint64).
+const (
+	// jobBegin: a run of the job begins, value the snapshot it resumed
+	// from (ps.Restored). Workers send it only when that is not 0: a
+	// server restored from a snapshot of another run then starts its
+	// consistency state, statistics and saved model over, keeping the
+	// model (a warm start).
+	jobBegin = 0
+	// jobLayout: the key layout, values the model keys per fold and the
+	// number of servers. Every worker sends it before its first model key.
+	jobLayout = 1
 )
 
 // Snapshot commands, the step of a kindSnapshot push.
@@ -100,31 +116,54 @@ func (m SyncMode) String() string {
 	return [...]string{"asp", "bsp", "ssp"}[m]
 }
 
-// Responder answers a request; KVServer.ZResponse in a job, a recorder in
-// tests. The response's slices are not changed afterwards.
+// Responder answers a request; a recorder in tests (Serve). The response's
+// slices are not changed afterwards.
 type Responder func(meta kv.KVMeta, res kv.KVPairs[float32]) error
 
 // held is a pull waiting for its consistency condition.
 type held struct {
-	meta  kv.KVMeta
-	keys  []uint64
-	kind  int
-	step  int
-	since time.Time
+	answer func(kv.KVPairs[float32], error)
+	keys   []uint64 // a copy: the request's may be lent
+	kind   int
+	step   int
+	parts  []int // training pulls: the parts whose condition they wait for
+	since  time.Time
 }
 
-// stepBuf collects the gradients of one BSP step. The step being applied
-// (Store.applied) sums them next to the weights, in the table (keys lists
-// the keys that hold a sum). A later step can be pending too: a worker whose
-// batch for step t+1 has no key on this server pulls nothing here and may
-// push t+1 (control keys only) before another worker's step t arrives; its
-// model keys, which a worker pushes only after pulling them for that step
-// here, cannot be ahead, but should any be, they are summed in grads.
+// stepBuf collects the gradients of one BSP step of one part. The step
+// being applied (partState.applied) sums them next to the weights, in the
+// table (keys lists the keys that hold a sum). A later step can be pending
+// too: a worker whose batch for step t+1 has no key on this server pulls
+// nothing here and may push t+1 (control keys only) before another
+// worker's step t arrives; its model keys, which a worker pushes only
+// after pulling them for that step here, cannot be ahead, but should any
+// be, they are summed in grads, and moved next to the weights when the
+// step becomes the one being applied.
 type stepBuf struct {
 	keys    []uint64
 	grads   map[uint64]float64
 	pushers map[int]bool
 	rate    float64
+}
+
+// partState is the state of one part (the range of one server when all are
+// alive) besides its keys' entries: the run it belongs to, the consistency
+// model's clocks and step buffers, and the saved model. A request to a
+// part changes only that part's state and entries, so that every server
+// holding the part, whatever else it holds, keeps the same state.
+type partState struct {
+	run     uint64           // the run: the snapshot its job resumed from (0: none)
+	applied int              // BSP: steps 0..applied-1 are applied
+	pending map[int]*stepBuf // BSP: step -> gradient sums
+	clock   []int            // SSP: clock[w] = steps worker w has pushed
+	saved   []savedParam     // the saved model (early stopping's best), by key
+	savedAt int              // the round it was saved for (0: none saved)
+}
+
+// savedParam is a key's saved state.
+type savedParam struct {
+	key uint64
+	p   Param
 }
 
 // ServerStats counts what a server did.
@@ -133,31 +172,38 @@ type ServerStats struct {
 	Held            int           // training pulls that had to wait
 	HeldTime        time.Duration // their total waiting time
 	MaxHeld         time.Duration // the longest wait
-	StepsApplied    int           // BSP: steps applied
-	Keys            int           // model keys created (by a push)
+	StepsApplied    int           // BSP: steps applied (over the parts the server held)
+	Keys            int           // model keys held
 	BufferedMaxKeys int           // BSP: most keys buffered for one step
 }
 
-// Store is a server's request handle: it keeps the state of the keys in its
-// range that were pushed, updates them with an Optimizer, and enforces the
-// consistency model by holding pull responses.
+// Store is a server's state: it keeps the state of the keys in its range
+// that were pushed, updates them with an Optimizer, and enforces the
+// consistency model by holding pull responses. It is a kv.Store and a
+// kv.AsyncReader (install it with KVServer.SetStore): in a job with
+// PS_REPLICAS every server holding a range keeps the same state, and with
+// PS_CHECKPOINT_DIR it is written to disk (see Snapshot for what it
+// holds). Its methods may be called from any goroutine.
 type Store struct {
 	mu        sync.Mutex // guards everything below
 	opt       Optimizer
 	mode      SyncMode
 	staleness int
 	workers   int
+	numKeys   uint64 // model keys per fold (jobLayout); 0 until told
+	servers   int    // the job's servers (jobLayout, Restore); 0 until told
 	params    table
-	saved     *table                     // the snapshot (early stopping's best model)
-	savedAt   int                        // the round it was saved for
-	stats     map[int]map[uint64]float32 // by round
-	pending   map[int]*stepBuf           // BSP: step -> gradient sums
-	applied   int                        // BSP: steps 0..applied-1 are applied
-	clock     []int                      // SSP: clock[w] = steps worker w has pushed
+	parts     map[int]*partState         // by part index
+	stats     map[int]map[uint64]float32 // by round (part 0's)
 	held      []held
 	st        ServerStats
 	errs      []error
 }
+
+var (
+	_ kv.Store[float32]       = (*Store)(nil)
+	_ kv.AsyncReader[float32] = (*Store)(nil)
+)
 
 // NewStore returns an empty store for a job with the given number of
 // workers.
@@ -167,77 +213,242 @@ func NewStore(opt Optimizer, mode SyncMode, staleness, workers int) *Store {
 		mode:      mode,
 		staleness: staleness,
 		workers:   workers,
+		parts:     make(map[int]*partState),
 		stats:     make(map[int]map[uint64]float32),
-		pending:   make(map[int]*stepBuf),
-		clock:     make([]int, workers),
 	}
 }
 
-// Handle is the KVServer request handle.
-func (s *Store) Handle(meta kv.KVMeta, data kv.KVPairs[float32], srv *kv.KVServer[float32]) {
-	s.Serve(meta, data, srv.ZResponse)
-}
+// errNoLayout refuses model keys before the workers sent the key layout,
+// which they do before their first model key.
+var errNoLayout = errors.New("model keys before the key layout (the workers send it first)")
 
-// reply is a response to send once the lock is released.
+// maxServers bounds the servers a layout or control key may name.
+const maxServers = 1 << 16
+
+// reply is an answer to give once the lock is released.
 type reply struct {
-	meta kv.KVMeta
-	res  kv.KVPairs[float32]
+	answer func(kv.KVPairs[float32], error)
+	res    kv.KVPairs[float32]
 }
 
-// Serve handles one request, answering it (now or later) through respond.
-func (s *Store) Serve(meta kv.KVMeta, data kv.KVPairs[float32], respond Responder) {
+// Changes implements kv.Store: every push changes the store (a training
+// push, statistics, a warm start, the saved model, the run and the
+// layout), pulls never do.
+func (s *Store) Changes(meta kv.KVMeta, _ kv.KVPairs[float32]) bool { return meta.Push }
+
+// Apply implements kv.Store: it applies a push and answers a pull at once,
+// whatever the consistency model (a push-pull, which the workers never
+// send, cannot wait; a pull without a push comes here only to be read
+// again). It answers the held pulls that a push makes ready. A request
+// that does not fit the protocol changes nothing and is answered with its
+// error (Stats reports it too).
+func (s *Store) Apply(meta kv.KVMeta, data kv.KVPairs[float32]) (kv.KVPairs[float32], error) {
 	kind, step := splitCommand(meta.Cmd)
-	worker := message.IDToRank(meta.Sender)
 	s.mu.Lock()
+	var res kv.KVPairs[float32]
+	var err error
 	var out []reply
 	if meta.Push {
-		switch kind {
-		case kindStats:
-			s.pushStats(data)
-		case kindTrain:
-			s.push(worker, step, data)
-		case kindInit:
-			s.init(data)
-		case kindSnapshot:
-			s.snapshot(step)
-		default:
-			s.errs = append(s.errs, fmt.Errorf("push of kind %d from worker %d", kind, worker))
-		}
-		if !meta.Pull {
-			out = append(out, reply{meta: meta})
-		}
+		err = s.change(kind, step, message.IDToRank(meta.Sender), data)
 		out = s.release(out)
 	}
-	if meta.Pull {
-		switch {
-		case kind == kindDump:
-			out = append(out, reply{meta, s.dump(data.Keys)})
-		case s.ready(kind, step, data.Keys):
-			if kind == kindTrain {
-				s.st.Pulls++
-			}
-			out = append(out, reply{meta, s.values(data.Keys)})
-		default:
-			if kind == kindTrain {
-				s.st.Pulls++
-				s.st.Held++
-			}
-			s.held = append(s.held, held{meta: meta, keys: slices.Clone(data.Keys), kind: kind, step: step, since: time.Now()})
-		}
+	if err == nil && meta.Pull {
+		res, err = s.readNow(kind, data.Keys)
+	}
+	if err != nil {
+		s.errs = append(s.errs, err)
 	}
 	s.mu.Unlock()
 	for _, r := range out {
-		if err := respond(r.meta, r.res); err != nil {
+		r.answer(r.res, nil)
+	}
+	return res, err
+}
+
+// Read implements kv.AsyncReader: it answers a pull now, or holds it until
+// its consistency condition holds (a training pull under BSP or SSP, a
+// statistics pull until every key asked for was pushed) and answers it
+// from the goroutine of the push that makes it ready.
+func (s *Store) Read(meta kv.KVMeta, data kv.KVPairs[float32], answer func(kv.KVPairs[float32], error)) {
+	kind, step := splitCommand(meta.Cmd)
+	s.mu.Lock()
+	res, wait, err := s.read(kind, step, data.Keys, answer)
+	if err != nil {
+		s.errs = append(s.errs, err)
+	}
+	s.mu.Unlock()
+	if !wait {
+		answer(res, err)
+	}
+}
+
+// Serve handles one request outside a KVServer (tests drive the store so),
+// answering it now or later through respond; a request refused is not
+// answered (Stats reports its error).
+func (s *Store) Serve(meta kv.KVMeta, data kv.KVPairs[float32], respond Responder) {
+	answer := func(res kv.KVPairs[float32], err error) {
+		if err != nil {
+			return // recorded by Apply or Read
+		}
+		if err := respond(meta, res); err != nil {
 			s.mu.Lock()
 			s.errs = append(s.errs, err)
 			s.mu.Unlock()
 		}
 	}
+	if s.Changes(meta, data) {
+		answer(s.Apply(meta, data))
+		return
+	}
+	s.Read(meta, data, answer)
+}
+
+// change applies a push of kind and step from worker.
+func (s *Store) change(kind, step, worker int, data kv.KVPairs[float32]) error {
+	switch kind {
+	case kindStats:
+		return s.pushStats(data)
+	case kindTrain:
+		return s.push(worker, step, data)
+	case kindInit:
+		return s.init(data)
+	case kindSnapshot:
+		part, err := s.ctrlPart(data.Keys)
+		if err != nil {
+			return fmt.Errorf("snapshot command: %w", err)
+		}
+		return s.snapshot(part, step)
+	case kindJob:
+		return s.job(step, data)
+	}
+	return fmt.Errorf("push of kind %d from worker %d", kind, worker)
+}
+
+// read answers a pull now (wait false), or holds it to answer later.
+func (s *Store) read(kind, step int, keys []uint64, answer func(kv.KVPairs[float32], error)) (res kv.KVPairs[float32], wait bool, err error) {
+	var parts []int
+	switch kind {
+	case kindTrain:
+		s.st.Pulls++
+		if s.mode != ASP {
+			if parts, err = s.partsOf(keys); err != nil {
+				return res, false, fmt.Errorf("training pull: %w", err)
+			}
+		}
+	case kindStats:
+		for _, k := range keys {
+			if k < statsBase || k >= ctrlBase {
+				return res, false, fmt.Errorf("statistics pull of key %d", k)
+			}
+		}
+	default:
+		res, err = s.readNow(kind, keys)
+		return res, false, err
+	}
+	if s.ready(kind, step, parts, keys) {
+		return s.values(keys), false, nil
+	}
+	if kind == kindTrain {
+		s.st.Held++
+	}
+	s.held = append(s.held, held{answer: answer, keys: slices.Clone(keys), kind: kind, step: step, parts: parts, since: time.Now()})
+	return res, true, nil
+}
+
+// readNow answers a pull at once.
+func (s *Store) readNow(kind int, keys []uint64) (kv.KVPairs[float32], error) {
+	switch kind {
+	case kindDump:
+		return s.dump(keys)
+	case kindTrain, kindStats, kindFinal:
+		return s.values(keys), nil
+	}
+	return kv.KVPairs[float32]{}, fmt.Errorf("pull of kind %d", kind)
+}
+
+// part returns part r's state, creating it.
+func (s *Store) part(r int) *partState {
+	ps := s.parts[r]
+	if ps == nil {
+		ps = &partState{pending: make(map[int]*stepBuf), clock: make([]int, s.workers)}
+		s.parts[r] = ps
+	}
+	return ps
+}
+
+// ctrlPart returns the part a request's control key names: the request
+// must carry exactly one, its last key.
+func (s *Store) ctrlPart(keys []uint64) (int, error) {
+	n := len(keys)
+	if n == 0 || keys[n-1] < ctrlBase {
+		return 0, errors.New("no control key")
+	}
+	if n > 1 && keys[n-2] >= ctrlBase {
+		return 0, errors.New("control keys of several servers")
+	}
+	p := keys[n-1] - ctrlBase
+	if p >= maxServers || (s.servers > 0 && p >= uint64(s.servers)) {
+		return 0, fmt.Errorf("control key of server %d of %d", p, s.servers)
+	}
+	return int(p), nil
+}
+
+// partsOf returns the parts (in order) that keys, sorted model and
+// statistics keys, belong to among the job's servers.
+func (s *Store) partsOf(keys []uint64) ([]int, error) {
+	var parts []int
+	r := keyRouter{numKeys: s.numKeys}
+	for i := 0; i < len(keys); {
+		k := keys[i]
+		if k >= ctrlBase {
+			return nil, fmt.Errorf("control key %d among model keys", k)
+		}
+		if k < statsBase && (s.numKeys == 0 || s.servers == 0) {
+			return nil, errNoLayout
+		}
+		p, next, err := r.route(k, s.servers)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Contains(parts, p) {
+			parts = append(parts, p)
+		}
+		if next <= k {
+			break
+		}
+		j := i + 1
+		i = j + sort.Search(len(keys)-j, func(x int) bool { return keys[j+x] >= next })
+	}
+	slices.Sort(parts)
+	return parts, nil
+}
+
+// inPart checks that model keys (sorted) all belong to part.
+func (s *Store) inPart(keys []uint64, part int) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	parts, err := s.partsOf(keys)
+	if err != nil {
+		return err
+	}
+	if len(parts) != 1 || parts[0] != part {
+		return fmt.Errorf("keys of servers %v in a request for server %d", parts, part)
+	}
+	return nil
 }
 
 // pushStats stores statistics; a push of round r forgets rounds before r-1,
 // which every worker has pulled by then.
-func (s *Store) pushStats(data kv.KVPairs[float32]) {
+func (s *Store) pushStats(data kv.KVPairs[float32]) error {
+	if len(data.Vals) != len(data.Keys) {
+		return fmt.Errorf("statistics push with %d values for %d keys", len(data.Vals), len(data.Keys))
+	}
+	for _, k := range data.Keys {
+		if k < statsBase || k >= ctrlBase {
+			return fmt.Errorf("statistics push of key %d", k)
+		}
+	}
 	for i, k := range data.Keys {
 		r := statsRound(k)
 		m := s.stats[r]
@@ -252,152 +463,304 @@ func (s *Store) pushStats(data kv.KVPairs[float32]) {
 		}
 		m[k] = data.Vals[i]
 	}
+	return nil
 }
 
 // init sets the state of keys from a saved model: W, Z, N per key, each a
 // float64 in two float32s (see packFloat64).
-func (s *Store) init(data kv.KVPairs[float32]) {
+func (s *Store) init(data kv.KVPairs[float32]) error {
 	if len(data.Vals) != 6*len(data.Keys) {
-		s.errs = append(s.errs, fmt.Errorf("init push with %d values for %d keys", len(data.Vals), len(data.Keys)))
-		return
+		return fmt.Errorf("init push with %d values for %d keys", len(data.Vals), len(data.Keys))
 	}
-	for i, k := range data.Keys {
-		if k >= statsBase {
-			continue
-		}
+	keys := data.Keys
+	if n := len(keys); n > 0 && keys[n-1] >= statsBase {
+		return fmt.Errorf("init push of key %d", keys[n-1])
+	}
+	if parts, err := s.partsOf(keys); err != nil {
+		return fmt.Errorf("init push: %w", err)
+	} else if len(parts) > 1 {
+		return fmt.Errorf("init push of keys of servers %v", parts)
+	}
+	for i, k := range keys {
 		v := data.Vals[6*i:]
 		p := &s.entry(k).p
 		p.W, p.Z, p.N = unpackFloat64(v[0:2]), unpackFloat64(v[2:4]), unpackFloat64(v[4:6])
 	}
+	return nil
 }
 
-// snapshot saves the model (cmd > 0: for round cmd, once) or restores the
-// saved one.
-func (s *Store) snapshot(cmd int) {
+// job carries out a kindJob command.
+func (s *Store) job(cmd int, data kv.KVPairs[float32]) error {
+	part, err := s.ctrlPart(data.Keys)
+	if err != nil {
+		return fmt.Errorf("job command %d: %w", cmd, err)
+	}
+	v := data.Vals
+	switch cmd {
+	case jobBegin:
+		if len(data.Keys) != 1 || len(v) != 2 {
+			return fmt.Errorf("run push with %d values for %d keys", len(v), len(data.Keys))
+		}
+		ps := s.part(part)
+		if run := unpackUint64(v); run != ps.run {
+			s.resetRun(part, ps)
+			ps.run = run
+		}
+		return nil
+	case jobLayout:
+		if len(data.Keys) != 1 || len(v) != 4 {
+			return fmt.Errorf("layout push with %d values for %d keys", len(v), len(data.Keys))
+		}
+		n, servers := unpackUint64(v[0:2]), unpackUint64(v[2:4])
+		switch {
+		case n == 0 || n > statsBase || servers == 0 || servers > maxServers || uint64(part) >= servers:
+			return fmt.Errorf("layout of %d keys per fold on %d servers, sent to server %d", n, servers, part)
+		case s.numKeys != 0 && s.numKeys != n:
+			return fmt.Errorf("this server's model has %d keys per fold, the workers lay out %d: a job resumed from a snapshot must have the same data, -loss and -hash-bits (or use another PS_CHECKPOINT_DIR)", s.numKeys, n)
+		case s.servers != 0 && s.servers != int(servers):
+			return fmt.Errorf("the workers lay keys out on %d servers, this server is one of %d", servers, s.servers)
+		}
+		s.numKeys, s.servers = n, int(servers)
+		return nil
+	}
+	return fmt.Errorf("job command %d", cmd)
+}
+
+// resetRun starts part's consistency state, saved model and (part 0)
+// statistics over, for a new run of the job; the model stays.
+func (s *Store) resetRun(part int, ps *partState) {
+	if b := ps.pending[ps.applied]; b != nil {
+		for _, k := range b.keys {
+			if e := s.params.find(k); e != nil {
+				e.g, e.inStep = 0, false
+			}
+		}
+	}
+	*ps = partState{pending: make(map[int]*stepBuf), clock: make([]int, s.workers)}
+	if part == 0 {
+		s.stats = make(map[int]map[uint64]float32)
+	}
+}
+
+// snapshot saves part's model (cmd > 0: for round cmd, once) or restores
+// the saved one.
+func (s *Store) snapshot(part, cmd int) error {
+	ps := s.part(part)
 	switch {
 	case cmd == snapshotRestore:
-		if s.saved != nil {
-			s.params = s.saved.clone()
+		if ps.savedAt > 0 {
+			return s.replacePart(part, ps.saved)
 		}
-	case cmd > s.savedAt:
-		saved := s.params.clone()
-		s.saved = &saved
-		s.savedAt = cmd
+	case cmd > ps.savedAt:
+		es, err := s.partEntries(part, s.servers)
+		if err != nil {
+			return err
+		}
+		saved := make([]savedParam, len(es))
+		for i, e := range es {
+			saved[i] = savedParam{key: e.key - 1, p: e.p}
+		}
+		ps.saved, ps.savedAt = saved, cmd
 	}
+	return nil
+}
+
+// replacePart replaces the model of part's keys with saved. The sums of
+// the step being applied stay (next to the saved weights).
+func (s *Store) replacePart(part int, saved []savedParam) error {
+	if s.params.n > 0 && (s.numKeys == 0 || s.servers <= 0) {
+		return errNoLayout
+	}
+	r := keyRouter{numKeys: s.numKeys}
+	var t table
+	var err error
+	s.params.each(func(e *entry) {
+		p, _, rerr := r.route(e.key-1, s.servers)
+		if rerr != nil {
+			err = rerr
+		}
+		if p != part || rerr != nil {
+			ne, _ := t.get(e.key - 1)
+			*ne = *e
+		} else if e.inStep {
+			ne, _ := t.get(e.key - 1)
+			ne.g, ne.inStep = e.g, true
+		}
+	})
+	if err != nil {
+		return err
+	}
+	for _, sp := range saved {
+		ne, _ := t.get(sp.key)
+		ne.p = sp.p
+	}
+	s.params = t
+	return nil
+}
+
+// partEntries returns the entries of part's keys among servers, by key.
+func (s *Store) partEntries(part, servers int) ([]entry, error) {
+	if s.params.n == 0 {
+		return nil, nil
+	}
+	if s.numKeys == 0 || servers <= 0 {
+		return nil, errNoLayout
+	}
+	r := keyRouter{numKeys: s.numKeys}
+	var es []entry
+	s.params.each(func(e *entry) {
+		if p, _, err := r.route(e.key-1, servers); err == nil && p == part {
+			es = append(es, *e)
+		}
+	})
+	slices.SortFunc(es, func(a, b entry) int { return cmpUint64(a.key, b.key) })
+	return es, nil
+}
+
+func cmpUint64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 // dump answers a kindDump pull of a control key: the value of control key
 // ctrlBase+s is ignored; the answer is one value list holding, for every
-// model key k below statsBase, key, W, Z, N as four float64s in two float32s
+// model key k of part s, key, W, Z, N as four float64s in two float32s
 // each, in key order.
-func (s *Store) dump(keys []uint64) kv.KVPairs[float32] {
-	var ks []uint64
-	s.params.each(func(e *entry) { ks = append(ks, e.key-1) })
-	slices.Sort(ks)
-	vals := make([]float32, 0, 8*len(ks))
-	for _, k := range ks {
-		p := &s.params.find(k).p
-		vals = appendUint64(vals, k)
+func (s *Store) dump(keys []uint64) (kv.KVPairs[float32], error) {
+	part, err := s.ctrlPart(keys)
+	if err != nil {
+		return kv.KVPairs[float32]{}, fmt.Errorf("dump: %w", err)
+	}
+	es, err := s.partEntries(part, s.servers)
+	if err != nil {
+		return kv.KVPairs[float32]{}, fmt.Errorf("dump: %w", err)
+	}
+	vals := make([]float32, 0, 8*len(es))
+	for i := range es {
+		p := &es[i].p
+		vals = appendUint64(vals, es[i].key-1)
 		vals = appendFloat64(vals, p.W)
 		vals = appendFloat64(vals, p.Z)
 		vals = appendFloat64(vals, p.N)
 	}
 	lens := make([]int32, len(keys))
-	if len(lens) > 0 {
-		lens[0] = int32(len(vals))
-	}
-	return kv.KVPairs[float32]{Keys: keys, Vals: vals, Lens: lens}
+	lens[0] = int32(len(vals))
+	return kv.KVPairs[float32]{Keys: keys, Vals: vals, Lens: lens}, nil
 }
 
-// push applies or buffers a training push of worker for step.
-func (s *Store) push(worker, step int, data kv.KVPairs[float32]) {
+// push applies or buffers a training push of worker for step: model keys
+// with their gradients, then the control key of the part with the step's
+// learning-rate scale.
+func (s *Store) push(worker, step int, data kv.KVPairs[float32]) error {
 	s.st.Pushes++
-	per := 1
-	if len(data.Keys) > 0 {
-		per = len(data.Vals) / len(data.Keys)
+	keys := data.Keys
+	if len(data.Vals) != len(keys) {
+		return fmt.Errorf("training push with %d values for %d keys", len(data.Vals), len(keys))
 	}
-	if per != 1 {
-		s.errs = append(s.errs, fmt.Errorf("push with %d values per key", per))
-		return
+	if worker < 0 || worker >= s.workers {
+		return fmt.Errorf("training push from worker %d of %d", worker, s.workers)
 	}
-	rate := 1.0
-	for i := len(data.Keys) - 1; i >= 0 && data.Keys[i] >= ctrlBase; i-- {
-		rate = float64(data.Vals[i])
+	part, err := s.ctrlPart(keys)
+	if err != nil {
+		return fmt.Errorf("training push: %w", err)
+	}
+	n := len(keys) - 1
+	model, grads := keys[:n], data.Vals[:n]
+	if n > 0 && model[n-1] >= statsBase {
+		return fmt.Errorf("training push of key %d", model[n-1])
+	}
+	if err := s.inPart(model, part); err != nil {
+		return fmt.Errorf("training push: %w", err)
+	}
+	rate := float64(data.Vals[n])
+	ps := s.part(part)
+	if s.mode == BSP {
+		return s.pushStep(ps, worker, step, model, grads, rate)
 	}
 	share := 1 / float64(s.workers)
-	if s.mode == BSP && step < s.applied {
+	for i, k := range model {
+		s.opt.Update(&s.entry(k).p, float64(grads[i]), share, rate)
+	}
+	if s.mode == SSP {
+		ps.clock[worker] = max(ps.clock[worker], step+1)
+	}
+	return nil
+}
+
+// pushStep buffers a BSP push and applies every complete step, in order.
+func (s *Store) pushStep(ps *partState, worker, step int, keys []uint64, grads []float32, rate float64) error {
+	if step < ps.applied {
 		// A step is applied only once every worker pushed it: a push for an
 		// applied step is a duplicate or a worker out of step.
-		s.errs = append(s.errs, fmt.Errorf("worker %d pushed step %d, already applied", worker, step))
-		return
+		return fmt.Errorf("worker %d pushed step %d, already applied", worker, step)
 	}
-	if s.mode == BSP {
-		b := s.pending[step]
-		if b == nil {
-			b = &stepBuf{grads: make(map[uint64]float64), pushers: make(map[int]bool), rate: rate}
-			s.pending[step] = b
+	b := ps.pending[step]
+	if b == nil {
+		b = &stepBuf{grads: make(map[uint64]float64), pushers: make(map[int]bool), rate: rate}
+		ps.pending[step] = b
+	}
+	for i, k := range keys {
+		g := float64(grads[i])
+		if step != ps.applied {
+			b.grads[k] += g
+			continue
 		}
-		for i, k := range data.Keys {
-			if k >= statsBase {
-				continue
-			}
-			g := float64(data.Vals[i])
-			if step != s.applied {
-				b.grads[k] += g
-				continue
-			}
-			e := s.entry(k)
-			if !e.inStep {
-				e.inStep = true
-				b.keys = append(b.keys, k)
-			}
-			e.g += g
+		s.addToStep(b, k, g)
+	}
+	s.st.BufferedMaxKeys = max(s.st.BufferedMaxKeys, len(b.keys)+len(b.grads))
+	b.pushers[worker] = true
+	for {
+		b := ps.pending[ps.applied]
+		if b == nil || len(b.pushers) < s.workers {
+			break
 		}
-		s.st.BufferedMaxKeys = max(s.st.BufferedMaxKeys, len(b.keys)+len(b.grads))
-		b.pushers[worker] = true
-		// Apply every complete step, in order.
-		for {
-			b := s.pending[s.applied]
-			if b == nil || len(b.pushers) < s.workers {
-				break
+		for _, k := range b.keys {
+			e := s.params.find(k)
+			if e == nil || !e.inStep {
+				continue // cannot happen: a key of the step keeps its entry
 			}
-			for _, k := range b.keys {
-				e := s.params.find(k)
-				g := e.g
-				e.g, e.inStep = 0, false
-				s.opt.Update(&e.p, g, 1, b.rate)
-			}
+			g := e.g
+			e.g, e.inStep = 0, false
+			s.opt.Update(&e.p, g, 1, b.rate)
+		}
+		delete(ps.pending, ps.applied)
+		ps.applied++
+		s.st.StepsApplied++
+		// The next step's early sums join the weights now.
+		if b := ps.pending[ps.applied]; b != nil {
 			for k, g := range b.grads {
-				s.opt.Update(&s.entry(k).p, g, 1, b.rate)
+				s.addToStep(b, k, g)
 			}
-			delete(s.pending, s.applied)
-			s.applied++
-			s.st.StepsApplied++
-		}
-		return
-	}
-	for i, k := range data.Keys {
-		if k < statsBase {
-			s.opt.Update(&s.entry(k).p, float64(data.Vals[i]), share, rate)
+			b.grads = make(map[uint64]float64)
 		}
 	}
-	if s.mode == SSP && worker < len(s.clock) {
-		s.clock[worker] = max(s.clock[worker], step+1)
+	return nil
+}
+
+// addToStep adds g to key k's sum in the step being applied, b.
+func (s *Store) addToStep(b *stepBuf, k uint64, g float64) {
+	e := s.entry(k)
+	if !e.inStep {
+		e.inStep = true
+		b.keys = append(b.keys, k)
 	}
+	e.g += g
 }
 
 // entry returns key k's entry, creating it on first touch.
 func (s *Store) entry(k uint64) *entry {
-	e, created := s.params.get(k)
-	if created {
-		s.st.Keys++
-	}
+	e, _ := s.params.get(k)
 	return e
 }
 
-// ready reports whether a pull of keys of the given kind at step may be
-// answered now.
-func (s *Store) ready(kind, step int, keys []uint64) bool {
+// ready reports whether a pull of keys (of parts) of the given kind at step
+// may be answered now.
+func (s *Store) ready(kind, step int, parts []int, keys []uint64) bool {
 	switch kind {
 	case kindStats:
 		for _, k := range keys {
@@ -407,19 +770,27 @@ func (s *Store) ready(kind, step int, keys []uint64) bool {
 		}
 		return true
 	case kindTrain:
-		switch s.mode {
-		case BSP:
-			return s.applied >= step
-		case SSP:
-			return s.minClock() >= step-s.staleness
+		for _, p := range parts {
+			ps := s.parts[p]
+			switch s.mode {
+			case BSP:
+				if ps == nil && step > 0 || ps != nil && ps.applied < step {
+					return false
+				}
+			case SSP:
+				if step-s.staleness > 0 && (ps == nil || minClock(ps.clock) < step-s.staleness) {
+					return false
+				}
+			}
 		}
 	}
 	return true
 }
 
-func (s *Store) minClock() int {
+// minClock returns the smallest of clocks (MaxInt for none).
+func minClock(clocks []int) int {
 	m := math.MaxInt
-	for _, c := range s.clock {
+	for _, c := range clocks {
 		m = min(m, c)
 	}
 	return m
@@ -449,7 +820,7 @@ func (s *Store) release(out []reply) []reply {
 	kept := s.held[:0]
 	now := time.Now()
 	for _, h := range s.held {
-		if !s.ready(h.kind, h.step, h.keys) {
+		if !s.ready(h.kind, h.step, h.parts, h.keys) {
 			kept = append(kept, h)
 			continue
 		}
@@ -458,7 +829,7 @@ func (s *Store) release(out []reply) []reply {
 			s.st.HeldTime += d
 			s.st.MaxHeld = max(s.st.MaxHeld, d)
 		}
-		out = append(out, reply{h.meta, s.values(h.keys)})
+		out = append(out, reply{h.answer, s.values(h.keys)})
 	}
 	for i := len(kept); i < len(s.held); i++ {
 		s.held[i] = held{}
@@ -472,7 +843,9 @@ func (s *Store) release(out []reply) []reply {
 func (s *Store) Stats() (ServerStats, []error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.st, append([]error(nil), s.errs...)
+	st := s.st
+	st.Keys = s.params.n
+	return st, append([]error(nil), s.errs...)
 }
 
 // Weight returns key k's weight (0 for a key never touched).
@@ -595,11 +968,6 @@ func (t *table) each(f func(e *entry)) {
 			f(e)
 		}
 	}
-}
-
-// clone returns a copy.
-func (t *table) clone() table {
-	return table{slots: slices.Clone(t.slots), n: t.n, shift: t.shift}
 }
 
 // appendFloat64 appends x as two float32s carrying its bits (high word

@@ -72,6 +72,16 @@ func pull(s *Store, r *recorder, worker, kind, step int, keys []uint64) int {
 	return r.ts
 }
 
+// newStore returns a store told the layout of a one-server job of 2^40
+// keys per fold, as the workers tell it before their first model key.
+func newStore(opt Optimizer, mode SyncMode, staleness, workers int) *Store {
+	s := NewStore(opt, mode, staleness, workers)
+	vals := appendUint64(appendUint64(nil, 1<<40), 1)
+	meta := kv.KVMeta{Cmd: command(kindJob, jobLayout), Push: true, Sender: message.WorkerRankToID(0)}
+	s.Serve(meta, kv.KVPairs[float32]{Keys: []uint64{ctrlBase}, Vals: vals}, func(kv.KVMeta, kv.KVPairs[float32]) error { return nil })
+	return s
+}
+
 func TestCommand(t *testing.T) {
 	for _, c := range [][2]int{{kindTrain, 0}, {kindStats, 7}, {kindFinal, maxStep}, {kindDump, 3}} {
 		k, s := splitCommand(command(c[0], c[1]))
@@ -85,7 +95,7 @@ func TestCommand(t *testing.T) {
 }
 
 func TestASPAppliesAtOnce(t *testing.T) {
-	s := NewStore(SGD{LR: 1}, ASP, 0, 2)
+	s := newStore(SGD{LR: 1}, ASP, 0, 2)
 	r := &recorder{}
 	pushTrain(s, r, 0, 0, []uint64{1, 2}, []float32{0.5, -1})
 	pushTrain(s, r, 1, 0, []uint64{2}, []float32{0.25})
@@ -104,7 +114,7 @@ func TestBSPHoldsPullsUntilTheStepIsApplied(t *testing.T) {
 	// FTRL makes the difference between one update with the summed
 	// gradient and two updates visible.
 	opt := FTRL{Alpha: 0.1, Beta: 1}
-	s := NewStore(opt, BSP, 0, 2)
+	s := newStore(opt, BSP, 0, 2)
 	r := &recorder{}
 	pull(s, r, 0, kindTrain, 0, []uint64{5})
 	pull(s, r, 1, kindTrain, 0, []uint64{5})
@@ -146,7 +156,7 @@ func TestBSPHoldsPullsUntilTheStepIsApplied(t *testing.T) {
 // batches touched no key here) before the other worker's first push: both
 // steps are applied once it arrives, in order.
 func TestBSPStepsAhead(t *testing.T) {
-	s := NewStore(SGD{LR: 1}, BSP, 0, 2)
+	s := newStore(SGD{LR: 1}, BSP, 0, 2)
 	r := &recorder{}
 	pushTrain(s, r, 0, 0, nil, nil)
 	pushTrain(s, r, 0, 1, nil, nil)
@@ -158,8 +168,27 @@ func TestBSPStepsAhead(t *testing.T) {
 	}
 }
 
+// TestBSPModelKeysAhead: model keys pushed for a step before the step
+// before it is applied join that step's sum: one update per step, as FTRL
+// shows.
+func TestBSPModelKeysAhead(t *testing.T) {
+	opt := FTRL{Alpha: 0.1, Beta: 1}
+	s := newStore(opt, BSP, 0, 2)
+	r := &recorder{}
+	pushTrain(s, r, 0, 0, []uint64{5}, []float32{0.5})
+	pushTrain(s, r, 0, 1, []uint64{5}, []float32{0.25})
+	pushTrain(s, r, 1, 0, []uint64{5}, []float32{0.5})
+	pushTrain(s, r, 1, 1, []uint64{5}, []float32{0.125})
+	var want Param
+	opt.Update(&want, 1, 1, 1)
+	opt.Update(&want, 0.375, 1, 1)
+	if _, errs := s.Stats(); len(errs) != 0 || s.Weight(5) != want.W {
+		t.Errorf("weight %v, want %v (errors %v)", s.Weight(5), want.W, errs)
+	}
+}
+
 func TestSSPBoundsStaleness(t *testing.T) {
-	s := NewStore(SGD{LR: 1}, SSP, 1, 2)
+	s := newStore(SGD{LR: 1}, SSP, 1, 2)
 	r := &recorder{}
 	// Worker 0 runs ahead: steps 0 and 1 need nobody.
 	for step := 0; step < 2; step++ {
@@ -186,7 +215,7 @@ func TestSSPBoundsStaleness(t *testing.T) {
 }
 
 func TestStatsPullWaitsForEveryReport(t *testing.T) {
-	s := NewStore(SGD{LR: 1}, ASP, 0, 2)
+	s := newStore(SGD{LR: 1}, ASP, 0, 2)
 	r := &recorder{}
 	keys := []uint64{statsKey(0, 0, 0), statsKey(0, 1, 0)}
 	ts := pull(s, r, 0, kindStats, 0, keys)
@@ -209,8 +238,8 @@ func TestStatsPullWaitsForEveryReport(t *testing.T) {
 }
 
 func TestStoreRecordsFailedResponses(t *testing.T) {
-	s := NewStore(SGD{LR: 1}, ASP, 0, 1)
-	s.Serve(kv.KVMeta{Push: true, Cmd: command(kindTrain, 0)}, kv.KVPairs[float32]{Keys: []uint64{1}, Vals: []float32{1}},
+	s := newStore(SGD{LR: 1}, ASP, 0, 1)
+	s.Serve(kv.KVMeta{Push: true, Cmd: command(kindTrain, 0)}, kv.KVPairs[float32]{Keys: []uint64{1, ctrlBase}, Vals: []float32{1, 1}},
 		func(kv.KVMeta, kv.KVPairs[float32]) error { return errors.New("gone") })
 	if _, errs := s.Stats(); len(errs) != 1 {
 		t.Errorf("errors %v", errs)
@@ -273,7 +302,7 @@ func TestSlicer(t *testing.T) {
 // TestStatsRoundsAreForgotten checks that the statistics of round r are
 // dropped once round r+2 begins, when every worker has pulled them.
 func TestStatsRoundsAreForgotten(t *testing.T) {
-	s := NewStore(SGD{LR: 1}, ASP, 0, 1)
+	s := newStore(SGD{LR: 1}, ASP, 0, 1)
 	r := &recorder{}
 	push := func(round int) {
 		meta := kv.KVMeta{Cmd: command(kindStats, 0), Push: true, Sender: message.WorkerRankToID(0)}
@@ -301,7 +330,7 @@ func TestStatsRoundsAreForgotten(t *testing.T) {
 // and loads it into another store.
 func TestSnapshotDumpInit(t *testing.T) {
 	opt := FTRL{Alpha: 0.1, Beta: 1}
-	s := NewStore(opt, ASP, 0, 1)
+	s := newStore(opt, ASP, 0, 1)
 	r := &recorder{}
 	pushTrain(s, r, 0, 0, []uint64{3, 7}, []float32{0.5, -0.25})
 	snap := func(cmd int) {
@@ -332,7 +361,7 @@ func TestSnapshotDumpInit(t *testing.T) {
 		t.Fatalf("dump %+v", dump)
 	}
 	// A new store takes the dumped state and continues alike.
-	s2 := NewStore(opt, ASP, 0, 1)
+	s2 := newStore(opt, ASP, 0, 1)
 	var keys []uint64
 	var vals []float32
 	for i := 0; i < len(dump.Vals); i += 8 {

@@ -47,9 +47,12 @@ type trainer struct {
 	vocab   *Vocab
 	numKeys uint64 // model keys per fold
 	out     io.Writer
-	step    int // training steps done, over all folds
-	round   int // statistics rounds used (the census is round 0)
-	scratch [][]float32
+	// checkpoint, when set (worker 0 of a job with PS_CHECKPOINT_DIR), has
+	// the servers write a snapshot (postoffice.Postoffice.Checkpoint).
+	checkpoint func(meta string) error
+	step       int // training steps done, over all folds
+	round      int // statistics rounds used (the census is round 0)
+	scratch    [][]float32
 }
 
 // binary reports whether the model is binary logistic regression.
@@ -311,6 +314,14 @@ func (t *trainer) trainFold(p foldPlan) ([]EpochResult, error) {
 		if err != nil {
 			return nil, fmt.Errorf("epoch %d: gather reports: %w", epoch+1, err)
 		}
+		if t.checkpoint != nil {
+			// Every push of the epoch is in, and no worker pushes again
+			// before this one's scores: the snapshot holds the epoch's model.
+			meta := fmt.Sprintf("fold %d epoch %d", p.fold+1, epoch+1)
+			if err := t.checkpoint(meta); err != nil {
+				fmt.Fprintf(t.out, "lr: no snapshot after %s: %v\n", meta, err)
+			}
+		}
 		r := EpochResult{Fold: p.fold, Epoch: epoch}
 		var loss, secs, ex, corr float64
 		for _, v := range reports {
@@ -381,6 +392,18 @@ func (t *trainer) trainFold(p foldPlan) ([]EpochResult, error) {
 		}
 	}
 	return results, nil
+}
+
+// perServer returns the values of a push of every server's control key:
+// vals, each uint64 in two float32s, for each server.
+func (t *trainer) perServer(vals ...uint64) []float32 {
+	out := make([]float32, 0, 2*len(vals)*t.servers)
+	for range t.servers {
+		for _, v := range vals {
+			out = appendUint64(out, v)
+		}
+	}
+	return out
 }
 
 // ctrlKeys returns the control key of every server.

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"math"
 	"strings"
 	"time"
 
-	"github.com/gopslite/pslite/ps"
+	"github.com/gopslite/pslite/kv"
+	"github.com/gopslite/pslite/message"
+	"github.com/gopslite/pslite/postoffice"
 )
 
 // census is what a worker tells the others about its data before training,
@@ -66,8 +69,8 @@ func heldOut(n, i, k int) int { return (n - i + k - 1) / k }
 // work is a worker's part of the job: read its shard, agree with the other
 // workers on the classes and keys, train, and on rank 0 report and write
 // the model, the predictions and the plot.
-func work(cfg *Config, out io.Writer) error {
-	rank, workers := ps.MyRank(), ps.NumWorkers()
+func work(po *postoffice.Postoffice, cfg *Config, out io.Writer) error {
+	rank, workers := po.MyRank(), po.NumWorkers()
 	if workers > 1<<statsRankBits {
 		return fmt.Errorf("%d workers: at most %d", workers, 1<<statsRankBits)
 	}
@@ -138,15 +141,35 @@ func work(cfg *Config, out io.Writer) error {
 		return fmt.Errorf("%d distinct labels in this worker's data, more than %d classes: is this classification data?", len(me.labels), maxCensusLabels)
 	}
 
-	kvw, err := ps.NewKVWorker[float32](0, 0)
+	kvw, err := kv.NewKVWorker[float32](po, 0, 0)
 	if err != nil {
 		return err
 	}
-	t := &trainer{cfg: cfg, kvw: kvw, rank: rank, workers: workers, servers: ps.NumServers(), vocab: vocab, out: out}
+	t := &trainer{cfg: cfg, kvw: kvw, rank: rank, workers: workers, servers: po.NumServers(), vocab: vocab, out: out}
 	// The census goes through server 0's statistics keys, whose routing
-	// does not depend on the key layout still to be chosen.
+	// does not depend on the key layout still to be chosen (nor does the
+	// control keys').
 	if err := kvw.SetSlicer(keyRouter{numKeys: 1}.Slicer); err != nil {
 		return err
+	}
+	if gen, meta := po.Restored(); gen != 0 {
+		// The servers were restored from a snapshot of an earlier run: they
+		// start this one over from its model.
+		if err := t.push(t.ctrlKeys(), t.perServer(gen), kindJob, jobBegin); err != nil {
+			return fmt.Errorf("begin the run: %w", err)
+		}
+		if meta != "" {
+			meta = " (" + meta + ")"
+		}
+		logf("lr: the servers resumed from snapshot %d%s: training starts from its model", gen, meta)
+	}
+	if rank == 0 && po.Config().CheckpointDir != "" {
+		t.checkpoint = func(meta string) error {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			_, err := po.Checkpoint(ctx, meta)
+			return err
+		}
 	}
 	gathered, err := t.allGather(me.encode())
 	if err != nil {
@@ -196,6 +219,11 @@ func work(cfg *Config, out io.Writer) error {
 	if err := kvw.SetSlicer(keyRouter{numKeys: t.numKeys}.Slicer); err != nil {
 		return err
 	}
+	// The servers learn the layout before any model key (it says which
+	// keys each one's range holds, for their snapshots).
+	if err := t.push(t.ctrlKeys(), t.perServer(t.numKeys, uint64(t.servers)), kindJob, jobLayout); err != nil {
+		return fmt.Errorf("key layout: %w", err)
+	}
 
 	// Checks every worker makes alike, from the census.
 	bw := t.perWorker()
@@ -229,7 +257,7 @@ func work(cfg *Config, out io.Writer) error {
 				return fmt.Errorf("warm start: %w", err)
 			}
 		}
-		if err := ps.Barrier(0, ps.WorkerGroup); err != nil {
+		if err := po.Barrier(context.Background(), 0, message.WorkerGroup); err != nil {
 			return err
 		}
 	}

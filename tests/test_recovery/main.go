@@ -17,7 +17,8 @@
 // With PS_CHECKPOINT_DIR and -checkpoint=N, the workers take a snapshot
 // every N rounds (between two barriers, so that it holds exactly those
 // rounds); a job killed whole and launched again with the same directory
-// resumes after the last snapshot's round and ends with the same totals.
+// resumes after the last snapshot's round and ends with the same totals
+// (with -key-layout, also when launched with another number of servers).
 // Every node exits 1, saying why, when the job fails.
 package main
 
@@ -33,6 +34,7 @@ import (
 	"github.com/gopslite/pslite/internal/prog"
 	"github.com/gopslite/pslite/kv"
 	"github.com/gopslite/pslite/message"
+	"github.com/gopslite/pslite/postoffice"
 	"github.com/gopslite/pslite/ps"
 )
 
@@ -41,6 +43,7 @@ var (
 	pause      = flag.Duration("pause", 100*time.Millisecond, "pause between rounds")
 	strict     = flag.Bool("strict", false, "stop the job when a server loses pushes, instead of accepting the loss")
 	checkpoint = flag.Int("checkpoint", 0, "with PS_CHECKPOINT_DIR: take a snapshot every this many rounds (0: never)")
+	keyLayout  = flag.Int("key-layout", 0, "push to one key in each range of a job of this many servers (0: this job's), so that a job launched again with another number of servers pushes to the same keys")
 )
 
 func main() {
@@ -76,11 +79,21 @@ func work(recovery bool) {
 	}
 	prog.Logf("working (recovery=%t)", recovery)
 	n := ps.NumServers()
-	keys := make([]uint64, n)
-	ones := make([]int64, n)
-	for i, r := range node.ServerKeyRanges() {
+	layout := node.ServerKeyRanges()
+	if *keyLayout > 0 {
+		layout = postoffice.KeyRanges(*keyLayout)
+	}
+	keys := make([]uint64, len(layout))
+	ones := make([]int64, len(layout))
+	owner := make([]int, len(layout)) // the rank of the server holding each key
+	for i, r := range layout {
 		keys[i] = r.Begin + uint64(ps.MyRank())
 		ones[i] = 1
+		for s, sr := range node.ServerKeyRanges() {
+			if sr.Contains(keys[i]) {
+				owner[i] = s
+			}
+		}
 	}
 	for round := first; round < *rounds; round++ {
 		ts, err := w.Push(keys, ones, nil)
@@ -106,15 +119,15 @@ func work(recovery bool) {
 	}
 	var parts []string
 	for i, v := range got {
-		want := int64(*rounds) - lost[i]
+		want := int64(*rounds) - lost[owner[i]]
 		switch {
 		case recovery:
 			// A replacement's keys also hold what its predecessor pushed.
 			if v < want || v > int64(2**rounds) {
-				prog.Failf("server %d holds %d for %d rounds (%d lost), want %d to %d", i, v, *rounds, lost[i], want, 2**rounds)
+				prog.Failf("server %d holds %d for %d rounds (%d lost), want %d to %d", owner[i], v, *rounds, lost[owner[i]], want, 2**rounds)
 			}
 		case v != want:
-			prog.Failf("server %d holds %d for %d rounds with %d lost, want exactly %d", i, v, *rounds, lost[i], want)
+			prog.Failf("server %d's key %d holds %d for %d rounds with %d lost, want exactly %d", owner[i], keys[i], v, *rounds, lost[owner[i]], want)
 		}
 		parts = append(parts, fmt.Sprintf("server%d=%d", i, v))
 	}
