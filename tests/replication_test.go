@@ -274,4 +274,3 @@ func TestSnapshotRelaunch(t *testing.T) {
 		})
 	}
 }
-
