@@ -47,11 +47,11 @@ func TestKVLensThroughLocalSh(t *testing.T) {
 	}
 }
 
-// buildKVLens compiles tests/cpp/kv_lens.cc against the C++ ps-lite in dir
-// (PSLITE_CPP_BUILD), finding its headers and library as scripts/bench.sh
-// does (PSLITE_CPP_INCLUDE and PSLITE_CPP_LIB override), and returns the
-// program.
-func buildKVLens(t *testing.T, dir string) string {
+// buildCpp compiles tests/cpp/<name>.cc (kv_lens, kv_rounds) against the
+// C++ ps-lite in dir (PSLITE_CPP_BUILD), finding its headers and library as
+// scripts/bench.sh does (PSLITE_CPP_INCLUDE and PSLITE_CPP_LIB override),
+// and returns the program.
+func buildCpp(t *testing.T, dir, name string) string {
 	t.Helper()
 	inc, lib := os.Getenv("PSLITE_CPP_INCLUDE"), os.Getenv("PSLITE_CPP_LIB")
 	if inc == "" {
@@ -84,12 +84,12 @@ func buildKVLens(t *testing.T, dir string) string {
 	if st, err := os.Stat(filepath.Join(dir, "deps", "lib")); err == nil && st.IsDir() {
 		libs = append([]string{lib, "-L" + filepath.Join(dir, "deps", "lib")}, libs[1:]...)
 	}
-	out := filepath.Join(t.TempDir(), "kv_lens")
+	out := filepath.Join(t.TempDir(), name)
 	cxx := os.Getenv("CXX")
 	if cxx == "" {
 		cxx = "g++"
 	}
-	args = append(append(append(args, filepath.Join("cpp", "kv_lens.cc")), libs...), "-o", out)
+	args = append(append(append(args, filepath.Join("cpp", name+".cc")), libs...), "-o", out)
 	if msg, err := exec.Command(cxx, args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %s: %v\n%s", cxx, strings.Join(args, " "), err, msg)
 	}
@@ -97,7 +97,7 @@ func buildKVLens(t *testing.T, dir string) string {
 }
 
 func TestInteropLensBytes(t *testing.T) {
-	c := buildKVLens(t, cppDir(t))
+	c := buildCpp(t, cppDir(t), "kv_lens")
 	g, q := bin("test_kv_lens"), onZMQ("test_kv_lens")
 	for _, j := range []struct {
 		name             string

@@ -179,6 +179,17 @@ func (v *Van) applyHandover() {
 	v.log.Debug().Bool("on", want).Msg("identity handover for a replacement")
 }
 
+// noIncarnation reports whether node id's connection presented no process
+// incarnation: a C++ ps-lite node (or a Go node on libzmq), whose resender
+// may miss an ACK (see resendDriver.ackAgain).
+func (v *Van) noIncarnation(id int32) bool {
+	inc, ok := v.tr.(Incarnations)
+	if !ok {
+		return true
+	}
+	return id != emptyID && inc.ProcessOf([]byte(fmt.Sprintf("ps%d", id))) == ""
+}
+
 // replayEarly handles the data messages kept until the node was ready; it
 // reports false if the loop was handed over meanwhile.
 func (v *Van) replayEarly() bool {
@@ -205,6 +216,9 @@ func (v *Van) handle(msg *message.Message) verdict {
 			// and the peer's resend is acknowledged later.
 			if _, err := v.trySend(ack); err != nil {
 				v.log.Debug().Err(err).Int32("to", msg.Meta.Sender).Msg("ACK not sent")
+			}
+			if v.noIncarnation(msg.Meta.Sender) {
+				r.ackAgain(ack.Detached())
 			}
 		}
 		if drop {

@@ -1,6 +1,7 @@
 package van
 
 import (
+	"sync"
 	"time"
 
 	"github.com/gopslite/pslite/message"
@@ -13,7 +14,27 @@ type resendDriver struct {
 	v        *Van
 	r        *control.Resender
 	stopTick func()
+
+	mu    sync.Mutex         // guards again
+	again []*message.Message // ACKs to send once more at the next tick
 }
+
+// ackAgain sends ack once more at the resender's next tick. C++ ps-lite
+// records a message for resending only after it has sent it, so an ACK
+// that arrives before the record (a fast peer's) is lost and the message
+// resent; and a message left unacknowledged when it stops makes its resend
+// thread abort the process. Peers that present no process incarnation
+// (C++ nodes) get their ACKs twice.
+func (d *resendDriver) ackAgain(ack *message.Message) {
+	d.mu.Lock()
+	if len(d.again) < maxAckAgain {
+		d.again = append(d.again, ack)
+	}
+	d.mu.Unlock()
+}
+
+// maxAckAgain bounds the ACKs waiting to be sent again.
+const maxAckAgain = 1 << 14
 
 func newResendDriver(v *Van, cfg control.ResendConfig) *resendDriver {
 	// A kept message may hold lent memory (holdFrames): give it back once
@@ -25,6 +46,15 @@ func newResendDriver(v *Van, cfg control.ResendConfig) *resendDriver {
 }
 
 func (d *resendDriver) check() {
+	d.mu.Lock()
+	again := d.again
+	d.again = nil
+	d.mu.Unlock()
+	for _, ack := range again {
+		if _, err := d.v.trySend(ack); err != nil {
+			d.v.log.Debug().Err(err).Msg("ACK not sent again")
+		}
+	}
 	now := d.v.clock.Now()
 	resend, failed := d.r.Due(now)
 	for _, p := range resend {
