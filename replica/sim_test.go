@@ -63,8 +63,6 @@ type simServer struct {
 	core  *Core[simPayload]
 	store map[uint64]int64
 	alive bool
-	// disk holds snapshots written at cuts: gen -> range -> values.
-	disk map[uint64]map[int]map[uint64]int64
 }
 
 type simWorker struct {

@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -115,7 +116,13 @@ func main() {
 			app.Response(d, body)
 		})
 		s.LendRequests(*lendReqs)
-		prog.Check(s.SetRequestHandle(emptyHandle), "handle")
+		if node.Managed() {
+			// Replicated (PS_REPLICAS): the same answers, through a store
+			// the framework replicates.
+			prog.Check(s.SetStore(emptyStore{}), "store")
+		} else {
+			prog.Check(s.SetRequestHandle(emptyHandle), "handle")
+		}
 		ps.RegisterExitCallback(s.Close)
 	}
 	if ps.IsWorker() {
@@ -138,6 +145,28 @@ func emptyHandle(meta kv.KVMeta, data kv.KVPairs[float32], s *kv.KVServer[float3
 	}
 	prog.Check(s.ZResponse(meta, res), "response") // keys and zeros never change
 }
+
+// emptyStore is emptyHandle as a kv.Store: pushes change nothing, pulls
+// read zeros; it holds no state to copy or write.
+type emptyStore struct{}
+
+func (emptyStore) Changes(meta kv.KVMeta, _ kv.KVPairs[float32]) bool { return meta.Push }
+
+func (emptyStore) Apply(meta kv.KVMeta, data kv.KVPairs[float32]) (kv.KVPairs[float32], error) {
+	var res kv.KVPairs[float32]
+	if meta.Pull {
+		res.Keys = data.Keys
+		n := len(data.Keys)
+		if len(data.Vals) > 0 {
+			n = len(data.Vals)
+		}
+		res.Vals = zeros(n)
+	}
+	return res, nil
+}
+
+func (emptyStore) Snapshot(io.Writer, kv.Part) error  { return nil }
+func (emptyStore) Restore([]io.Reader, kv.Part) error { return nil }
 
 var (
 	zeroMu  sync.Mutex

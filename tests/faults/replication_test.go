@@ -171,3 +171,50 @@ func TestReplicatedNoFault(t *testing.T) {
 	e.waitRounds(3)
 	e.exact(e.c.Servers...)
 }
+
+// TestReplicatedKillDuringCopy kills a second server at successive points
+// of a replacement's copy (4 servers, 2 replicas: no range loses every
+// holder): the copies start again from the new tails, and the job completes
+// with exact counts.
+func TestReplicatedKillDuringCopy(t *testing.T) {
+	steps := []int{0, 1, 2, 3, 5, 8}
+	if testing.Short() {
+		steps = []int{0, 2}
+	}
+	for _, k := range steps {
+		for _, second := range []int{0, 2} {
+			t.Run(fmt.Sprintf("kill server %d after %d steps", second, k), func(t *testing.T) {
+				e := newEnv(t, 4, 2, both(replicas(2), heartbeats(hbTimeout)))
+				e.startWorkers()
+				e.waitRounds(2)
+				victim := e.c.Servers[1]
+				e.kill(victim)
+				e.moreRounds(1)
+				repl := e.startReplacement()
+				for range k {
+					e.advance(step)
+				}
+				other := e.c.Servers[second]
+				e.kill(other)
+				e.copiesDone()
+				e.moreRounds(2)
+				e.exact(append(without(e.c.Servers, victim, other), repl)...)
+			})
+		}
+	}
+}
+
+// copiesDone waits until no range is being copied or moved (a range whose
+// home server is dead stays elsewhere).
+func (e *env) copiesDone() {
+	e.t.Helper()
+	e.within(bound, "the copies done", func() bool {
+		v := e.c.Scheduler.View()
+		for _, rv := range v.Ranges {
+			if len(rv.Joining) > 0 || rv.Draining || len(rv.Chain) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
