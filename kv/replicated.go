@@ -33,6 +33,11 @@ type replicated[V message.Value] struct {
 	// started: the first view was taken (and the store restored from disk
 	// if the job resumed from a snapshot).
 	started bool
+	// acks waiting to be sent, the last per server and range: an ack says
+	// how far everything after this server is, so one sent after a burst
+	// of entries does for all of them (see deferAck).
+	acks     map[[2]int]replica.Ack
+	ackFlush bool
 }
 
 // entry is a request, or an entry passed on by another server, as the
@@ -166,6 +171,10 @@ func (r *replicated[V]) load(rg int, gen uint64) error {
 	}
 	if r.dir == "" {
 		return fmt.Errorf("snapshot %d asked for without PS_CHECKPOINT_DIR", gen)
+	}
+	if apps, err := snapshot.Apps(r.dir, gen); err == nil && !slices.Contains(apps, r.app) {
+		r.log.Warn().Int("app", r.app).Uint64("snapshot", gen).Msg("the snapshot holds nothing of this store (it did not exist then): it starts empty")
+		return r.store.Restore(nil, part)
 	}
 	files, err := snapshot.Files(r.dir, gen, r.app, rg, r.n)
 	if err != nil {
@@ -307,7 +316,7 @@ func (r *replicated[V]) run(outs []replica.Output[*entry[V]]) {
 		case replica.OutForward:
 			r.forward(o.To, o.Forward)
 		case replica.OutAck:
-			r.send(o.To, ackBody(o.Ack), nil, nil)
+			r.deferAck(o.To, o.Ack)
 		case replica.OutSnapshot:
 			r.sendSnapshot(o)
 		case replica.OutRestore:
@@ -500,6 +509,32 @@ func (r *replicated[V]) redirect(e *entry[V], rg int, epoch uint64) {
 	if err := r.s.po.Send(msg); err != nil {
 		r.warn.Warn().Err(err).Msg("redirect not sent")
 	}
+}
+
+// deferAck sends a, for server to, after the messages the customer has
+// queued now: acks are cumulative, so the last one for a server and range
+// (in the range's version at the time, which a new version's ack
+// supersedes) does for a burst of entries.
+func (r *replicated[V]) deferAck(to int, a replica.Ack) {
+	if r.acks == nil {
+		r.acks = map[[2]int]replica.Ack{}
+	}
+	r.acks[[2]int{to, a.Range}] = a
+	if !r.ackFlush {
+		r.ackFlush = r.s.cust.Do(r.flushAcks)
+		if !r.ackFlush {
+			r.flushAcks() // the customer has stopped
+		}
+	}
+}
+
+// flushAcks sends the acks deferAck kept.
+func (r *replicated[V]) flushAcks() {
+	r.ackFlush = false
+	for k, a := range r.acks {
+		r.send(k[0], ackBody(a), nil, nil)
+	}
+	clear(r.acks)
 }
 
 // send sends a replication message to server rank to.

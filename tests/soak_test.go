@@ -19,8 +19,9 @@ import (
 // a replacement started at a random delay. Every run must end with exact
 // totals and no push lost (test_recovery checks every key), or with a
 // clear error, within the failure model's bound; never a hang or a silent
-// wrong result. PSLITE_SOAK_SEED picks the runs (default 1). The table of
-// outcomes goes to the log.
+// wrong result. PSLITE_SOAK_SEED picks the runs (default 1),
+// PSLITE_SOAK_ONLY=i repeats the i-th alone. The table of outcomes goes to
+// the log, with every failed process's error lines.
 func TestReplicationSoak(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("PSLITE_SOAK"))
 	if n <= 0 {
@@ -37,6 +38,10 @@ func TestReplicationSoak(t *testing.T) {
 		outcome  string
 		took     time.Duration
 	}
+	only := -1 // PSLITE_SOAK_ONLY=i repeats run i of the seed alone
+	if s, err := strconv.Atoi(os.Getenv("PSLITE_SOAK_ONLY")); err == nil {
+		only = s
+	}
 	var runs []run
 	for i := range n {
 		fault := []string{"kill", "stop", "cut for good", "cut 8s"}[rng.IntN(4)]
@@ -44,6 +49,9 @@ func TestReplicationSoak(t *testing.T) {
 		victim := rng.IntN(3)
 		at := 3 + rng.IntN(50)
 		delay := time.Duration(rng.IntN(5000)) * time.Millisecond
+		if only >= 0 && i != only {
+			continue
+		}
 		name := fmt.Sprintf("%d-%s-server%d-round%d-replace%t", i, strings.ReplaceAll(fault, " ", ""), victim, at, replace)
 		var r run
 		t.Run(name, func(t *testing.T) {
@@ -123,19 +131,35 @@ func soakOnce(t *testing.T, fault string, victimRank, at int, replace bool, dela
 			}
 		}()
 	}
+	var spare *proc
+	var spareAt time.Duration
 	if replace {
 		time.Sleep(delay) // a replacement started some time after the fault, not a synchronisation
-		h.start(t, 6, "server", replicaEnv, bin("test_recovery"), "-rounds", strconv.Itoa(rounds), "-pause", "50ms")
+		spareAt = time.Since(ref)
+		spare = h.start(t, 6, "server", replicaEnv, bin("test_recovery"), "-rounds", strconv.Itoa(rounds), "-pause", "50ms")
 	}
 	rs := h.wait(t, ref, 120*time.Second)
 	<-heal
+	// A replacement started after the job had already ended has no job to
+	// join; it gives up after PS_START_TIMEOUT, which is not the fault's
+	// outcome.
+	var jobEnd time.Duration
+	for _, r := range rs {
+		if r.name != victim.name && (spare == nil || r.name != spare.name) {
+			jobEnd = max(jobEnd, r.at)
+		}
+	}
 	var took time.Duration
+	var failures strings.Builder
 	outcome := "completed"
 	for _, r := range rs {
-		if r.name == victim.name {
+		if r.name == victim.name || (spare != nil && r.name == spare.name && spareAt > jobEnd) {
 			continue
 		}
 		took = max(took, r.at)
+		if !r.ok() {
+			fmt.Fprintf(&failures, "\n  %s: %s", r.name, lastErrorLine(r.out))
+		}
 		switch {
 		case r.running:
 			outcome = "hang"
@@ -150,9 +174,21 @@ func soakOnce(t *testing.T, fault string, victimRank, at int, replace bool, dela
 			outcome = "failed"
 		}
 	}
-	t.Logf("%s on %s (replacement %t after %v):%s", fault, victim.name, replace, delay, summary(rs))
+	t.Logf("%s on %s (replacement %t after %v):%s%s", fault, victim.name, replace, delay, summary(rs), failures.String())
 	if outcome == "wrong" || outcome == "hang" {
 		t.Errorf("%s:\n%s", outcome, h.output())
 	}
 	return outcome, took
+}
+
+// lastErrorLine returns the last error-level log line of out, or its last
+// line when there is none.
+func lastErrorLine(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], "ERR") || strings.Contains(lines[i], "FTL") || strings.Contains(lines[i], "error") {
+			return lines[i]
+		}
+	}
+	return lines[len(lines)-1]
 }

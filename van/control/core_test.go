@@ -535,6 +535,37 @@ func TestFailureSpreadsWithItsCause(t *testing.T) {
 	}
 }
 
+// A peer's abort, while this node hears the scheduler, is the peer's own
+// fault: it was cut off and lost the scheduler, and its notice, held by the
+// network, arrives when the link comes back, after the job went on without
+// it. Only once the scheduler is quiet here too does the notice stop the job.
+func TestPeerAbortWhileSchedulerHeardIsDropped(t *testing.T) {
+	s := newSim(t, 2, 2, heartbeatsOn)
+	s.startAll()
+	s.tick(2*time.Second, 250*time.Millisecond)
+	w := s.node("worker0")
+	abort := func() {
+		m := NewNotice(int(w.core.Me().ID), NoticeAbort, "scheduler (node 1) lost: nothing heard from it for 5s", 0)
+		m.Meta.Sender = 8 // server0, a peer worker0 is connected to
+		s.apply(w, w.core.Step(m, s.now))
+	}
+	abort()
+	if ev := w.has(EventFailed); ev != nil {
+		t.Fatalf("worker0 failed on a cut-off peer's word while it hears the scheduler: %v", ev.Err)
+	}
+	// The scheduler goes quiet for worker0 too: the peer's account stands.
+	s.isolate(s.node("scheduler"))
+	for end := s.now.Add(3 * time.Second); s.now.Before(end); {
+		s.now = s.now.Add(250 * time.Millisecond)
+		s.apply(w, w.core.Tick(s.now))
+	}
+	abort()
+	var a *AbortError
+	if ev := w.has(EventFailed); ev == nil || !errors.As(ev.Err, &a) || a.By != 8 {
+		t.Fatalf("worker0 did not take the abort of a peer once the scheduler was quiet: %v", ev)
+	}
+}
+
 // A connection that closes stays a while before the peer counts as gone:
 // with resending on, a blip is no fault.
 func TestPeerDownAfterGrace(t *testing.T) {

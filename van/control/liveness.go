@@ -46,8 +46,15 @@ func (c *Core) heartbeat(o *out, msg *message.Message, now time.Time) {
 	if !c.IsScheduler() {
 		if sender != message.Scheduler {
 			// A peer that failed on its own (it lost the scheduler) says
-			// so, that the job's nodes all name the cause.
+			// so, that the job's nodes all name the cause. While this node
+			// hears the scheduler, the scheduler decides: the peer may be
+			// the one cut off, its notice held by the network until the
+			// link came back, long after the job went on without it.
 			if _, peer := c.connected[sender]; peer && isNotice && kind == NoticeAbort && sender != int(c.me.ID) {
+				if c.hearsScheduler(now) {
+					c.log.Warn().Int("from", sender).Str("reason", text).Msg("a peer stopped; the scheduler, which this node hears, decides for the job")
+					return
+				}
 				c.fail(o, &AbortError{By: sender, Reason: text})
 				return
 			}
@@ -104,7 +111,12 @@ func (c *Core) heartbeat(o *out, msg *message.Message, now time.Time) {
 	}
 	if isNotice && kind == NoticeAbort && c.phase == PhaseReady {
 		// It found a fault itself (a blip of one of its connections, see
-		// blip).
+		// blip). A node already found dead speaks for nobody: the job went
+		// on without it.
+		if p.dead {
+			c.log.Warn().Str("node", p.node.String()).Str("reason", text).Msg("dropping the abort of a node found dead")
+			return
+		}
 		c.fail(o, &AbortError{By: int(p.node.ID), Reason: text})
 		return
 	}
@@ -288,6 +300,22 @@ func (c *Core) Tick(now time.Time) []Output {
 		}
 	}
 	return o
+}
+
+// hearsScheduler reports whether this server or worker heard the scheduler
+// lately: within half PS_HEARTBEAT_TIMEOUT with heartbeats on, else while
+// its connection is up. A node that lost the scheduler has not heard it for
+// PS_HEARTBEAT_TIMEOUT; its peers, if the scheduler is really gone, have
+// not heard it for about as long.
+func (c *Core) hearsScheduler(now time.Time) bool {
+	p := c.peers[message.Scheduler]
+	if p == nil {
+		return false
+	}
+	if c.heartbeats() {
+		return now.Sub(p.lastHeard) < c.cfg.HeartbeatTimeout/2
+	}
+	return p.connUp
 }
 
 // lost says how p is lost, or "" while it looks alive.
