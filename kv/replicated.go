@@ -586,8 +586,10 @@ func (r *replicated[V]) cut(rg int, gen, lsn uint64) []replica.Output[*entry[V]]
 		return nil
 	}
 	part := r.part(rg)
+	start := time.Now()
 	err := snapshot.WriteRange(r.dir, snapshot.Header{App: r.app, Range: rg, Ranges: r.n, Writer: r.rank, LSN: lsn, Gen: gen},
 		func(w io.Writer) error { return r.store.Snapshot(w, part) })
+	r.s.po.Metrics().SnapshotWrite(time.Since(start), err)
 	if err != nil {
 		r.log.Error().Err(err).Uint64("snapshot", gen).Int("range", rg).Msg("writing a snapshot failed; it will not complete")
 		return nil

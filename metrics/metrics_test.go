@@ -86,6 +86,19 @@ func TestSeries(t *testing.T) {
 			}
 		}
 	}
+	if v := m.Value("pslite_messages_sent_total", map[string]string{"peer": "server"}); v != 3 {
+		t.Errorf("Value of messages sent to servers: %v, want 3", v)
+	}
+	if v := m.Value("pslite_worker_request_seconds", nil); v != 1 {
+		t.Errorf("Value of a histogram: %v samples, want 1", v)
+	}
+	m.SnapshotCommitted(7)
+	if v := m.Value("pslite_snapshot_committed_generation", nil); v != 7 {
+		t.Errorf("Value of a gauge: %v, want 7", v)
+	}
+	if v := m.Value("pslite_no_such_metric", nil); v != 0 {
+		t.Errorf("Value of a missing metric: %v", v)
+	}
 	for id, want := range map[int]string{1: "scheduler", 8: "server", 9: "worker", 5: "unknown", message.Empty: "unknown"} {
 		if got := PeerRole(id); got != want {
 			t.Errorf("PeerRole(%d) = %s, want %s", id, got, want)

@@ -399,6 +399,7 @@ func (p *Postoffice) committed(e control.Event) {
 				p.log.Error().Err(err).Uint64("snapshot", e.Gen).Msg("marking the snapshot complete failed")
 				return
 			}
+			p.metrics.SnapshotCommitted(e.Gen)
 			if err := snapshot.Prune(dir, snapshotsKept); err != nil {
 				p.log.Warn().Err(err).Msg("removing old snapshots failed")
 			}

@@ -44,6 +44,9 @@ func resend(c *postoffice.Config) {
 	c.ResendTimeout = time.Second
 }
 
+// withMetrics collects metrics (served on a port of the kernel's choice).
+func withMetrics(c *postoffice.Config) { c.MetricsAddr = "127.0.0.1:0" }
+
 func both(fs ...func(*postoffice.Config)) func(*postoffice.Config) {
 	return func(c *postoffice.Config) {
 		for _, f := range fs {

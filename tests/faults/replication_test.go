@@ -130,7 +130,7 @@ func TestReplicatedServerKilled(t *testing.T) {
 func TestReplicatedServerReplaced(t *testing.T) {
 	for _, c := range replicationCases {
 		t.Run(c.name, func(t *testing.T) {
-			e := newEnv(t, 3, 2, c.tweak)
+			e := newEnv(t, 3, 2, both(c.tweak, withMetrics))
 			e.startWorkers()
 			e.waitRounds(3)
 			victim := e.c.Servers[1]
@@ -140,6 +140,16 @@ func TestReplicatedServerReplaced(t *testing.T) {
 			e.homeAgain()
 			e.moreRounds(3)
 			e.exact(append(without(e.c.Servers, victim), repl)...)
+			// The replacement copied the ranges it holds (its home range
+			// and the one it replicates); the workers took the views.
+			if n := repl.Metrics().Value("pslite_ranges_copied_total", nil); n < 2 {
+				t.Errorf("the replacement copied %v ranges, want 2", n)
+			}
+			for _, w := range e.c.Workers {
+				if n := w.Metrics().Value("pslite_view_changes_total", nil); n < 3 {
+					t.Errorf("a worker took %v views, want the first, the one without the victim and more", n)
+				}
+			}
 		})
 	}
 }

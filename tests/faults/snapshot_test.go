@@ -35,6 +35,7 @@ func startSnapJob(t *testing.T, dir string, servers, workers, replicas int) *sna
 	c := testcluster.New(t, servers, workers, testcluster.Options{Network: net, Quiet: true, Tweak: func(cfg *postoffice.Config) {
 		cfg.CheckpointDir = dir
 		cfg.Replicas = replicas
+		cfg.MetricsAddr = "127.0.0.1:0" // collect metrics (and serve them on a port of the kernel's choice)
 	}})
 	for _, p := range c.Servers {
 		s, err := kv.NewKVServer[int64](p, 0)
@@ -195,6 +196,17 @@ func TestSnapshotFiles(t *testing.T) {
 	}
 	if _, err := os.Stat(snapshot.GenDir(dir, gens[0])); !os.IsNotExist(err) {
 		t.Errorf("snapshot %d not pruned: %v", gens[0], err)
+	}
+	// The metrics say so: every server wrote its two ranges (head and
+	// replica) of each snapshot and marked the last complete.
+	for _, p := range j.c.Servers {
+		m := p.Metrics()
+		if ok, bad := m.Value("pslite_snapshot_write_seconds", map[string]string{"outcome": "ok"}), m.Value("pslite_snapshot_write_seconds", map[string]string{"outcome": "error"}); ok != 2*5 || bad != 0 {
+			t.Errorf("%s: %v range writes, %v failed, want 10 and 0", name(p), ok, bad)
+		}
+		if g := m.Value("pslite_snapshot_committed_generation", nil); g != float64(gens[4]) {
+			t.Errorf("%s: committed generation %v, want %d", name(p), g, gens[4])
+		}
 	}
 	j.c.Finalize(t)
 }
