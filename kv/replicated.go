@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"time"
 
@@ -36,9 +37,31 @@ type replicated[V message.Value] struct {
 	// acks waiting to be sent, the last per server and range: an ack says
 	// how far everything after this server is, so one sent after a burst
 	// of entries does for all of them (see deferAck).
-	acks     map[[2]int]replica.Ack
-	ackFlush bool
+	acks map[[2]int]replica.Ack
+	// forwards waiting to be sent, per server, in order (see forward).
+	batches map[int]*batch
+	// flushQueued: flushPending is queued on the customer.
+	flushQueued bool
 }
+
+// batch is the small forwards to one server kept for the end of a burst,
+// the j-th frame of each copied after the others' into buf[j].
+type batch struct {
+	list  []batchedForward
+	buf   [3][]byte
+	types [3]message.DataType
+	bytes int
+}
+
+const (
+	// batchAlone: a forward with this many bytes of data or more is sent
+	// alone, its frames as they are.
+	batchAlone = 64 << 10
+	// batchFull: a batch is sent once its frames hold this many bytes or
+	// it has batchEntries forwards.
+	batchFull    = 1 << 20
+	batchEntries = 512
+)
 
 // entry is a request, or an entry passed on by another server, as the
 // core carries it.
@@ -277,6 +300,8 @@ func (r *replicated[V]) replication(msg *message.Message, kind byte, p []byte) {
 			Kind: h.f.Kind, Gen: h.f.Gen, Origin: h.f.Origin, Payload: e}
 		r.run(r.core.Forward(f))
 		r.keep(msg, e)
+	case kindBatch:
+		r.batch(msg, sender, p)
 	case kindAck:
 		a, err := parseAck(p, r.n)
 		if err != nil || a.From != message.IDToRank(sender) {
@@ -298,6 +323,55 @@ func (r *replicated[V]) replication(msg *message.Message, kind byte, p []byte) {
 	case kindRefuse:
 		rg, epoch, _, _ := parseTag(p, r.n, false)
 		r.log.Debug().Str("from", message.DescribeID(sender)).Int("range", rg).Uint64("epoch", epoch).Msg("a server refused an entry of this one: their views differ for now")
+	}
+}
+
+// batch takes a batch of forwards: each is checked and decoded before
+// any is passed to the core, so that a malformed batch is dropped whole.
+func (r *replicated[V]) batch(msg *message.Message, sender int, p []byte) {
+	sizes := make([]int, len(msg.Data))
+	for j, fr := range msg.Data {
+		sizes[j] = len(fr)
+	}
+	list, err := parseBatch(p, r.n, sizes)
+	if err == nil && len(msg.Meta.DataTypes) != len(msg.Data) {
+		err = fmt.Errorf("%d data types for %d frames", len(msg.Meta.DataTypes), len(msg.Data))
+	}
+	if err == nil {
+		msg.Own() // the entries outlive the handler in the core
+	}
+	fs := make([]*replica.Forward[*entry[V]], 0, len(list))
+	var off [3]int
+	for i := 0; err == nil && i < len(list); i++ {
+		h := &list[i]
+		if h.f.From != message.IDToRank(sender) {
+			err = fmt.Errorf("sent by %s on behalf of server %d", message.DescribeID(sender), h.f.From)
+			break
+		}
+		frames := make([][]byte, h.frames)
+		for j := range frames {
+			frames[j] = msg.Data[j][off[j] : off[j]+h.sizes[j] : off[j]+h.sizes[j]]
+			off[j] += h.sizes[j]
+		}
+		types := msg.Meta.DataTypes[:h.frames:h.frames]
+		var data KVPairs[V]
+		if h.f.Kind == replica.EntryRequest {
+			data, err = decodeFrames[V](frames, types, h.push)
+		}
+		e := &entry[V]{
+			meta: KVMeta{Cmd: int(h.cmd), Push: h.push, Pull: h.pull, Sender: int(h.f.Origin.Sender),
+				Timestamp: int(h.f.Origin.TS), CustomerID: int(h.f.Origin.Customer), AppID: r.app},
+			data: data, frames: frames, types: types, owned: true,
+		}
+		fs = append(fs, &replica.Forward[*entry[V]]{From: h.f.From, Inc: h.f.Inc, Epoch: h.f.Epoch, Range: h.f.Range,
+			LSN: h.f.LSN, Kind: h.f.Kind, Gen: h.f.Gen, Origin: h.f.Origin, Payload: e})
+	}
+	if err != nil {
+		r.warn.Warn().Err(err).Str("from", message.DescribeID(sender)).Msg("dropping a malformed batch of entries")
+		return
+	}
+	for _, f := range fs {
+		r.run(r.core.Forward(f))
 	}
 }
 
@@ -343,6 +417,7 @@ func (r *replicated[V]) run(outs []replica.Output[*entry[V]]) {
 			r.redirect(e, o.Range, o.Epoch)
 		case replica.OutRefuse:
 			r.send(o.To, refuseBody(o.Range, o.Epoch), nil, nil)
+			r.s.po.Metrics().ReplicationSent("refuse", 0)
 		case replica.OutReport:
 			if o.Report.Kind == replica.ReportCut {
 				r.s.po.CutDone(r.app, o.Report.Range, o.Report.Gen)
@@ -520,25 +595,121 @@ func (r *replicated[V]) deferAck(to int, a replica.Ack) {
 		r.acks = map[[2]int]replica.Ack{}
 	}
 	r.acks[[2]int{to, a.Range}] = a
-	if !r.ackFlush {
-		r.ackFlush = r.s.cust.Do(r.flushAcks)
-		if !r.ackFlush {
-			r.flushAcks() // the customer has stopped
-		}
+	r.flushLater()
+}
+
+// flushLater has flushPending run after the messages the customer has
+// queued now (at once when the customer has stopped).
+func (r *replicated[V]) flushLater() {
+	if r.flushQueued {
+		return
+	}
+	r.flushQueued = r.s.cust.Do(r.flushPending)
+	if !r.flushQueued {
+		r.flushPending()
 	}
 }
 
-// flushAcks sends the acks deferAck kept.
-func (r *replicated[V]) flushAcks() {
-	r.ackFlush = false
+// flushPending sends the forwards and acks kept for the end of a burst.
+func (r *replicated[V]) flushPending() {
+	r.flushQueued = false
+	for _, to := range slices.Sorted(maps.Keys(r.batches)) {
+		r.flushForwards(to)
+	}
 	for k, a := range r.acks {
-		r.send(k[0], ackBody(a), nil, nil)
+		r.sendNow(k[0], ackBody(a), nil, nil)
+		r.s.po.Metrics().ReplicationSent("ack", 0)
 	}
 	clear(r.acks)
 }
 
-// send sends a replication message to server rank to.
+// forward passes an entry on to server to. A small one waits for the end
+// of the burst of messages the customer is handling, and goes with the
+// others to the same server in one message: each message costs the
+// transport and the receiver about as much as a small entry's apply.
+// Order to a server is kept: anything else sent to it sends the batch
+// first.
+func (r *replicated[V]) forward(to int, f *replica.Forward[*entry[V]]) {
+	e := f.Payload
+	h := batchedForward{forwardHeader: forwardHeader{f: replica.Forward[struct{}]{From: f.From, Inc: f.Inc, Epoch: f.Epoch,
+		Range: f.Range, LSN: f.LSN, Kind: f.Kind, Gen: f.Gen, Origin: f.Origin}}}
+	var frames [][]byte
+	var types []message.DataType
+	if f.Kind != replica.EntryCut {
+		h.cmd, h.push, h.pull = int32(e.meta.Cmd), e.meta.Push, e.meta.Pull
+		frames, types = e.frames, e.types
+	}
+	size := 0
+	for _, fr := range frames {
+		size += len(fr)
+	}
+	if size >= batchAlone {
+		r.sendNow(to, forwardBody(&h.f, h.cmd, h.push, h.pull), frames, types)
+		r.s.po.Metrics().ReplicationSent("forward", 1)
+		return
+	}
+	if r.batches == nil {
+		r.batches = map[int]*batch{}
+	}
+	b := r.batches[to]
+	if b == nil {
+		b = &batch{}
+		r.batches[to] = b
+	}
+	h.frames = len(frames)
+	for j, fr := range frames { // copied: a received request's frames are the transport's until its handler returns
+		h.sizes[j] = len(fr)
+		b.buf[j] = append(b.buf[j], fr...)
+		b.types[j] = types[j]
+		b.bytes += len(fr)
+	}
+	b.list = append(b.list, h)
+	if b.bytes >= batchFull || len(b.list) >= batchEntries {
+		r.flushForwards(to)
+		return
+	}
+	r.flushLater()
+}
+
+// flushForwards sends the forwards kept for server to: one alone as a
+// forward, more as a batch.
+func (r *replicated[V]) flushForwards(to int) {
+	b := r.batches[to]
+	if b == nil || len(b.list) == 0 {
+		return
+	}
+	delete(r.batches, to)
+	if len(b.list) == 1 {
+		h := &b.list[0]
+		frames := make([][]byte, h.frames)
+		for j := range frames {
+			frames[j] = b.buf[j]
+		}
+		r.sendNow(to, forwardBody(&h.f, h.cmd, h.push, h.pull), frames, b.types[:h.frames])
+		r.s.po.Metrics().ReplicationSent("forward", 1)
+		return
+	}
+	most := 0
+	for i := range b.list {
+		most = max(most, b.list[i].frames)
+	}
+	frames := make([][]byte, most)
+	for j := range frames {
+		frames[j] = b.buf[j]
+	}
+	r.sendNow(to, batchBody(b.list), frames, b.types[:most])
+	r.s.po.Metrics().ReplicationSent("batch", len(b.list))
+}
+
+// send sends a replication message to server rank to, after the
+// forwards kept for it.
 func (r *replicated[V]) send(to int, body []byte, frames [][]byte, types []message.DataType) {
+	r.flushForwards(to)
+	r.sendNow(to, body, frames, types)
+}
+
+// sendNow sends a replication message to server rank to.
+func (r *replicated[V]) sendNow(to int, body []byte, frames [][]byte, types []message.DataType) {
 	msg := message.Get()
 	msg.Meta.AppID = int32(r.app)
 	msg.Meta.CustomerID = int32(r.app)
@@ -555,17 +726,6 @@ func (r *replicated[V]) send(to int, body []byte, frames [][]byte, types []messa
 	}
 }
 
-// forward passes an entry on to server to.
-func (r *replicated[V]) forward(to int, f *replica.Forward[*entry[V]]) {
-	e := f.Payload
-	hdr := replica.Forward[struct{}]{From: f.From, Inc: f.Inc, Epoch: f.Epoch, Range: f.Range, LSN: f.LSN, Kind: f.Kind, Gen: f.Gen, Origin: f.Origin}
-	if f.Kind == replica.EntryCut {
-		r.send(to, forwardBody(&hdr, 0, false, false), nil, nil)
-		return
-	}
-	r.send(to, forwardBody(&hdr, int32(e.meta.Cmd), e.meta.Push, e.meta.Pull), e.frames, e.types)
-}
-
 // sendSnapshot sends a copy of a range to a server joining its chain.
 func (r *replicated[V]) sendSnapshot(o replica.Output[*entry[V]]) {
 	var buf bytes.Buffer
@@ -577,6 +737,7 @@ func (r *replicated[V]) sendSnapshot(o replica.Output[*entry[V]]) {
 		Range: o.Range, LSN: o.LSN, Gen: o.Gen, Applied: o.Applied}
 	r.log.Info().Int("app", r.app).Int("range", o.Range).Int("to", o.To).Int("bytes", buf.Len()).Msg("copying a range to a server that joins it")
 	r.send(o.To, snapshotBody(&hdr), [][]byte{buf.Bytes()}, []message.DataType{message.Uint8})
+	r.s.po.Metrics().ReplicationSent("copy", 0)
 }
 
 // cut writes snapshot gen of range rg to disk and tells the core.

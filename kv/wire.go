@@ -34,6 +34,9 @@ const (
 	kindAck      = 'A'
 	kindSnapshot = 'S'
 	kindRefuse   = 'X'
+	// kindBatch, between servers: several forwards to the same server in
+	// one message, their data frames one after the other.
+	kindBatch = 'B'
 )
 
 // bodyKind returns the kind of a pslite body and its fields, or 0.
@@ -43,7 +46,7 @@ func bodyKind(body []byte) (byte, []byte) {
 	}
 	k := body[len(bodyPrefix)]
 	switch k {
-	case kindTag, kindAnswerTag, kindRedirect, kindForward, kindAck, kindSnapshot, kindRefuse:
+	case kindTag, kindAnswerTag, kindRedirect, kindForward, kindAck, kindSnapshot, kindRefuse, kindBatch:
 		return k, body[len(bodyPrefix)+1:]
 	}
 	return 0, nil
@@ -144,6 +147,11 @@ type forwardHeader struct {
 }
 
 func forwardBody(f *replica.Forward[struct{}], cmd int32, push, pull bool) []byte {
+	return newBody(kindForward, 48).forward(f, cmd, push, pull).b
+}
+
+// forward appends the fields of a forward.
+func (b *fields) forward(f *replica.Forward[struct{}], cmd int32, push, pull bool) *fields {
 	flags := uint64(0)
 	if push {
 		flags |= 1
@@ -151,14 +159,22 @@ func forwardBody(f *replica.Forward[struct{}], cmd int32, push, pull bool) []byt
 	if pull {
 		flags |= 2
 	}
-	b := newBody(kindForward, 48)
 	b.u(f.Epoch).u(uint64(f.From)).u(f.Inc).u(uint64(f.Range)).u(f.LSN).u(uint64(f.Kind)).u(f.Gen)
 	b.i(int64(f.Origin.Sender)).i(int64(f.Origin.Customer)).i(int64(f.Origin.TS)).i(int64(cmd)).u(flags)
-	return b.b
+	return b
 }
 
 func parseForward(p []byte, n int) (forwardHeader, error) {
 	f := &fields{b: p}
+	h := f.getForward(n)
+	if f.err == nil && len(f.b) != 0 {
+		f.err = errShortBody
+	}
+	return h, f.err
+}
+
+// getForward reads the fields of a forward.
+func (f *fields) getForward(n int) forwardHeader {
 	var h forwardHeader
 	h.f.Epoch = f.getU()
 	h.f.From = f.getRank(n)
@@ -173,10 +189,77 @@ func parseForward(p []byte, n int) (forwardHeader, error) {
 	h.cmd = f.getI32()
 	flags := f.getU()
 	h.push, h.pull = flags&1 != 0, flags&2 != 0
-	if f.err == nil && (h.f.Kind != replica.EntryRequest && h.f.Kind != replica.EntryCut || len(f.b) != 0) {
+	if f.err == nil && h.f.Kind != replica.EntryRequest && h.f.Kind != replica.EntryCut {
 		f.err = errShortBody
 	}
-	return h, f.err
+	return h
+}
+
+// A batch carries its forwards' data in at most three frames: the j-th
+// frame of every forward (keys, values, lens), one after the other. Its
+// body: the number of forwards, then each forward's fields, its number of
+// frames (0, 2 or 3) and their sizes in bytes.
+const maxBatch = 4096
+
+// batchedForward is one forward of a batch: its fields and the sizes of
+// its data frames.
+type batchedForward struct {
+	forwardHeader
+	frames int
+	sizes  [3]int
+}
+
+func batchBody(list []batchedForward) []byte {
+	b := newBody(kindBatch, 4+60*len(list)).u(uint64(len(list)))
+	for i := range list {
+		h := &list[i]
+		b.forward(&h.f, h.cmd, h.push, h.pull).u(uint64(h.frames))
+		for j := range h.frames {
+			b.u(uint64(h.sizes[j]))
+		}
+	}
+	return b.b
+}
+
+// parseBatch reads a batch's forwards; frame j of each must add up to
+// sizes[j], the message's (the message has as many frames as the forward
+// with the most).
+func parseBatch(p []byte, n int, sizes []int) ([]batchedForward, error) {
+	f := &fields{b: p}
+	count := f.getU()
+	if f.err == nil && (count == 0 || count > maxBatch || len(sizes) > 3) {
+		f.err = errShortBody
+	}
+	var list []batchedForward
+	var total [3]int
+	most := 0
+	for i := uint64(0); f.err == nil && i < count; i++ {
+		h := batchedForward{forwardHeader: f.getForward(n)}
+		k := f.getU()
+		if f.err == nil && (k == 1 || k > 3 || h.f.Kind == replica.EntryCut && k != 0) {
+			f.err = errShortBody
+		}
+		h.frames = int(k)
+		most = max(most, h.frames)
+		for j := 0; f.err == nil && j < h.frames; j++ {
+			x := f.getU()
+			if f.err == nil && x > 1<<40 {
+				f.err = errShortBody
+			}
+			h.sizes[j] = int(x)
+			total[j] += h.sizes[j]
+		}
+		list = append(list, h)
+	}
+	if f.err == nil && (len(f.b) != 0 || most != len(sizes)) {
+		f.err = errShortBody
+	}
+	for j := 0; f.err == nil && j < len(sizes); j++ {
+		if total[j] != sizes[j] {
+			f.err = errShortBody
+		}
+	}
+	return list, f.err
 }
 
 func ackBody(a replica.Ack) []byte {

@@ -584,9 +584,16 @@ func (w *KVWorker[V]) assemble(p *pulling[V]) error {
 
 // decodeKVs reads keys, values and optional lens from msg's data frames.
 func decodeKVs[V message.Value](msg *message.Message, withVals bool) (KVPairs[V], error) {
-	var kvs KVPairs[V]
+	kvs, err := decodeFrames[V](msg.Data, msg.Meta.DataTypes, withVals)
 	kvs.Priority = int(msg.Meta.Priority)
-	n := len(msg.Data)
+	return kvs, err
+}
+
+// decodeFrames reads keys, values and optional lens from data frames and
+// their types (as many as frames).
+func decodeFrames[V message.Value](frames [][]byte, types []message.DataType, withVals bool) (KVPairs[V], error) {
+	var kvs KVPairs[V]
+	n := len(frames)
 	if n == 0 {
 		return kvs, nil
 	}
@@ -595,19 +602,19 @@ func decodeKVs[V message.Value](msg *message.Message, withVals bool) (KVPairs[V]
 	}
 	want := []message.DataType{message.Uint64, message.TypeOf[V](), message.Int32}
 	for i := range n {
-		if got := msg.Meta.DataTypes[i]; !message.Compatible(got, want[i]) {
+		if got := types[i]; !message.Compatible(got, want[i]) {
 			return kvs, fmt.Errorf("%s frame tagged %v, want %v", [...]string{"keys", "values", "lens"}[i], got, want[i])
 		}
 	}
 	var err error
-	if kvs.Keys, err = message.Values[uint64](msg.Data[0]); err != nil {
+	if kvs.Keys, err = message.Values[uint64](frames[0]); err != nil {
 		return kvs, fmt.Errorf("keys: %w", err)
 	}
-	if kvs.Vals, err = message.Values[V](msg.Data[1]); err != nil {
+	if kvs.Vals, err = message.Values[V](frames[1]); err != nil {
 		return kvs, fmt.Errorf("values: %w", err)
 	}
 	if n == 3 {
-		if kvs.Lens, err = message.Values[int32](msg.Data[2]); err != nil {
+		if kvs.Lens, err = message.Values[int32](frames[2]); err != nil {
 			return kvs, fmt.Errorf("lens: %w", err)
 		}
 	}

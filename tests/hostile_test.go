@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	zmq "github.com/pebbe/zmq4"
 
@@ -88,10 +89,17 @@ func TestHostileInput(t *testing.T) {
 					s.SetIdentity(ident)
 				}
 				s.SetLinger(0)
+				// A node may refuse or drop this stranger; a send must
+				// then fail instead of blocking the attack for good.
+				s.SetSndtimeo(2 * time.Second)
 				s.Connect(fmt.Sprintf("tcp://127.0.0.1:%d", port))
+			rounds:
 				for round := 0; round < 30; round++ {
 					for _, m := range garbage(rng, valid) {
-						sendMultipart(s, m)
+						if err := sendMultipart(s, m); err != nil {
+							t.Logf("identity %q to port %d: %v after %d messages", ident, port, err, sent)
+							break rounds
+						}
 						sent++
 					}
 				}
