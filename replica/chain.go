@@ -207,6 +207,10 @@ type rangeState[P any] struct {
 	succ, pred     int // ranks, -1 for none
 	dedup          *dedup
 	pending        []pendingAnswer[P] // head: answers waiting for replication
+	// scanned is the replicated LSN pending was last answered through;
+	// rescan is set when pending may hold an entry at or below it.
+	scanned uint64
+	rescan  bool
 	cuts           []pendingCut       // cuts not yet replicated (and, here, written)
 	held           []*Request[P]      // requests waiting until this server heads the range
 	// forwards received ahead of their turn (a gap, or before the snapshot).
@@ -470,7 +474,7 @@ func (c *Core[P]) joinerView(o *outs[P], rs *rangeState[P], rv *Range) {
 		rs.syncer, rs.syncerInc = tail, c.view.IncOf(tail)
 		rs.restored = false
 		rs.early = nil
-		rs.pending, rs.cuts = nil, nil
+		rs.pending, rs.cuts, rs.rescan = nil, nil, true
 		rs.succ, rs.pred = -1, -1
 	}
 }
@@ -572,6 +576,7 @@ func (c *Core[P]) headRequest(o *outs[P], rs *rangeState[P], req *Request[P]) {
 		// Applied before (the worker sent it again, to this new head or
 		// to this one): answer once it is replicated.
 		rs.pending = append(rs.pending, pendingAnswer[P]{lsn: e.LSN, req: req, again: true, ans: e.Answer, gen: e.Gen})
+		rs.rescan = true
 		c.answerReplicated(o, rs)
 		return
 	}
@@ -583,6 +588,7 @@ func (c *Core[P]) headRequest(o *outs[P], rs *rangeState[P], req *Request[P]) {
 	c.pass(o, rs, f)
 	o.add(Output[P]{Kind: OutApply, Range: rs.r, LSN: lsn, Gen: rs.gen, Head: true, Request: req, Forward: f})
 	rs.pending = append(rs.pending, pendingAnswer[P]{lsn: lsn, req: req})
+	rs.rescan = rs.rescan || lsn <= rs.scanned
 	c.replicated(o, rs)
 }
 
@@ -649,6 +655,10 @@ func (c *Core[P]) answerReplicated(o *outs[P], rs *rangeState[P]) {
 	if len(rs.cuts) > 0 && !rs.cuts[0].written {
 		t = min(t, rs.cuts[0].lsn-1)
 	}
+	if t == rs.scanned && !rs.rescan {
+		return // every pending entry is past t: a scan per request would cost the window's length
+	}
+	rs.scanned, rs.rescan = t, false
 	keep := rs.pending[:0]
 	for _, p := range rs.pending {
 		switch {
