@@ -211,8 +211,8 @@ type rangeState[P any] struct {
 	// rescan is set when pending may hold an entry at or below it.
 	scanned uint64
 	rescan  bool
-	cuts           []pendingCut       // cuts not yet replicated (and, here, written)
-	held           []*Request[P]      // requests waiting until this server heads the range
+	cuts    []pendingCut  // cuts not yet replicated (and, here, written)
+	held    []*Request[P] // requests waiting until this server heads the range
 	// forwards received ahead of their turn (a gap, or before the snapshot).
 	early []*Forward[P]
 	// joiner: the tail it copies from, and whether the copy has arrived.
