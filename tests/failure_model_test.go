@@ -1,6 +1,6 @@
 package tests
 
-// The failure model (README's table) with real processes: test_recovery
+// The failure model (docs/FAILURES.md's table) with real processes: test_recovery
 // jobs, each node a process in a host of its own (network namespaces made
 // by scripts/netns.sh), or on loopback where namespaces cannot be made (the
 // rows that need no link cut). Every row checks how every process ended

@@ -143,7 +143,7 @@ func TestInteropWithCpp(t *testing.T) {
 	// Heartbeats: the Go scheduler answers C++ heartbeats, C++ nodes answer
 	// and ignore what Go nodes add to theirs; with a Go and a C++
 	// scheduler. (PS_RESEND is left out: C++ ps-lite's own resending aborts
-	// now and then, in all-C++ jobs too; see README.)
+	// now and then, in all-C++ jobs too; see docs/LIBRARY.md.)
 	for _, env := range [][]string{{"PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=5"}} {
 		t.Run("mixed servers and workers, "+strings.Join(env, " "), func(t *testing.T) {
 			kvOK(t, mixedJob(t, g("test_kv_app"), []string{c("test_kv_app"), g("test_kv_app")},

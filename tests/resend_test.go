@@ -72,7 +72,7 @@ func TestResendGivesUp(t *testing.T) {
 
 // test_kv_app through local.sh with resending on and 20% or 30% of received
 // messages dropped: exact results and a clean exit. (By hand: repeat.sh 10
-// of each passes; see the README.)
+// of each passes.)
 //
 // PS_DROP_MSG without PS_RESEND turns resending on (C++ ps-lite hangs): the
 // job completes too, and every process says why it resends.

@@ -1,4 +1,4 @@
-// Package faults holds the in-process tests of the failure model (README's
+// Package faults holds the in-process tests of the failure model (docs/FAILURES.md's
 // table): whole jobs on a van.MemNetwork whose faults the tests inject —
 // nodes killed, stopped and replaced, links cut for seconds or for good,
 // messages dropped — with the protocol's time on a van.FakeClock, so that
