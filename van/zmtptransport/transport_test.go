@@ -6,10 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"runtime"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -600,44 +602,275 @@ func TestLargeFramesAreLentAndReused(t *testing.T) {
 	}
 }
 
-// Heartbeat PINGs interleave with a stream of messages on the same
-// connection; none may be corrupted by the reuse of the writer's buffers.
+// TestPingsInterleaveWithMessages: heartbeat PINGs, and the PONGs that
+// answer the peer's, go on a connection between the messages of a stream
+// without corrupting any of them (the writer reuses its buffers, and sends
+// the same PING again), and each side answers the other's PINGs while the
+// stream flows, which is what keeps a busy link from being declared dead.
+//
+// Nothing here depends on timing: a tap between the two transports reads
+// the ZMTP stream each way, and every syncEvery messages the sender waits
+// until a PING and a PONG of its own have gone by, so PINGs and PONGs lie
+// between messages however the CPU is scheduled. The link timeout is far
+// beyond any stall of a loaded machine (a 24 ms one dropped the connection
+// 2 runs in 5 under load); what is checked is counted, not timed.
 func TestPingsInterleaveWithMessages(t *testing.T) {
-	// A PING every 2ms; the link timeout is long, so that a starved CPU
-	// cannot drop the connection (a 24ms one did, under load).
 	opts := Options{LinkTimeout: 30 * time.Second, pingEvery: 2 * time.Millisecond}
 	rx, port := bound(t, opts)
+	tap := newZMTPTap(t, port)
 	tx := newTransport(t, opts)
-	ev := connect(t, tx, 1, port, "ps1")
-	const n = 20000
+	ev := connect(t, tx, 1, tap.port, "ps1")
+	const (
+		n         = 20000
+		syncEvery = 100
+		syncs     = (n - 1) / syncEvery // each with messages before and after it
+	)
+	// Message i: its number, then a small body, or a large one (written
+	// from a queue of buffers of its own, not packed) every 1000th.
+	body := func(i int) []byte {
+		if i%1000 == 500 {
+			return pattern(zeroCopyMin+i, byte(i))
+		}
+		return pattern(10+i%50, byte(i))
+	}
 	done := make(chan error, 1)
 	go func() {
 		for i := 0; i < n; i++ {
-			frames := [][]byte{[]byte(strconv.Itoa(i)), pattern(10+i%50, byte(i))}
+			frames := [][]byte{[]byte(strconv.Itoa(i)), body(i)}
 			if _, err := tx.Send(context.Background(), 1, frames, false); err != nil {
 				done <- err
 				return
 			}
-			if i%20 == 0 {
-				// Let PINGs come between runs of messages, written alone.
-				time.Sleep(500 * time.Microsecond)
+			if (i+1)%syncEvery == 0 && i+1 < n {
+				// A PING and a PONG go by, written alone, before the
+				// next message.
+				pings, pongs := tap.count(toListener, 'P'), tap.count(toListener, 'O')
+				if err := tap.waitFor(func() bool {
+					return tap.count(toListener, 'P') > pings && tap.count(toListener, 'O') > pongs
+				}); err != nil {
+					done <- fmt.Errorf("after message %d: %w", i, err)
+					return
+				}
 			}
 		}
 		done <- nil
 	}()
-	for i := 0; i < n; i++ {
-		_, frames := recv(t, rx)
-		if string(frames[0]) != strconv.Itoa(i) || !bytes.Equal(frames[1], pattern(10+i%50, byte(i))) {
+	deadline := time.Now().Add(wait)
+	for i := 0; i < n; {
+		_, frames, err := rx.Recv()
+		if errors.Is(err, van.ErrRecvTimeout) {
+			select {
+			case err := <-done: // the sender stopped short
+				if err != nil {
+					t.Fatal(err)
+				}
+				done <- nil
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("message %d did not arrive", i)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("Recv: %v", err)
+		}
+		if len(frames) != 2 || string(frames[0]) != strconv.Itoa(i) || !bytes.Equal(frames[1], body(i)) {
 			t.Fatalf("message %d arrived as %q", i, frames[0])
 		}
+		i++
+		deadline = time.Now().Add(wait)
 	}
 	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// What the sender sent: n messages (the tap reads what it has passed
+	// on, so it may lag the receiver), and between the first and the last,
+	// a PING and a PONG at least at each of the sender's waits.
+	if err := tap.waitFor(func() bool { return tap.count(toListener, 'M') >= n }); err != nil {
+		t.Fatalf("the tap read %d messages of %d: %v", tap.count(toListener, 'M'), n, err)
+	}
+	sent := tap.events(toListener)
+	first, last := bytes.IndexByte(sent, 'M'), bytes.LastIndexByte(sent, 'M')
+	within := sent[first:last]
+	if m, p, o := bytes.Count(sent, []byte("M")), bytes.Count(within, []byte("P")), bytes.Count(within, []byte("O")); m != n || p < syncs || o < syncs {
+		t.Fatalf("the sender's stream held %d messages (want %d), and between them %d PINGs and %d PONGs (want %d of each at least)", m, n, p, o, syncs)
+	}
+	// The receiver read every PING that came before the last message, and
+	// answered each before reading on: the sender hears them all.
+	pings := bytes.Count(within, []byte("P"))
+	if err := tap.waitFor(func() bool { return tap.count(toDialer, 'O') >= pings }); err != nil {
+		t.Fatalf("%d PINGs went before the last message, %d PONGs came back: %v", pings, tap.count(toDialer, 'O'), err)
+	}
+	if err := tap.failure(); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case e := <-ev.ch:
 		t.Fatalf("the connection went %q", e)
 	default:
+	}
+	t.Logf("%d messages; between them %d PINGs and %d PONGs from the sender; %d PONGs back", n, pings, bytes.Count(within, []byte("O")), tap.count(toDialer, 'O'))
+}
+
+// The directions of the stream a zmtpTap reads.
+const (
+	toListener = 0 // from the dialing transport to the bound one
+	toDialer   = 1
+)
+
+// zmtpTap forwards one ZMTP connection to a bound transport and reads what
+// goes by each way, after the greeting: 'M' for a message, 'R' for READY,
+// 'P' for a PING, 'O' for a PONG, '?' for another command.
+type zmtpTap struct {
+	port    int
+	mu      sync.Mutex
+	seen    [2][]byte
+	err     error         // a stream that did not parse
+	changed chan struct{} // closed, and replaced, when seen or err changes
+}
+
+// newZMTPTap listens on loopback for one connection, which it forwards to
+// port.
+func newZMTPTap(t *testing.T, port int) *zmtpTap {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tap := &zmtpTap{port: ln.Addr().(*net.TCPAddr).Port, changed: make(chan struct{})}
+	var mu sync.Mutex
+	var conns []net.Conn
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		in, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		out, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			in.Close()
+			tap.fail(err)
+			return
+		}
+		mu.Lock()
+		conns = append(conns, in, out)
+		mu.Unlock()
+		wg.Add(2)
+		go func() { defer wg.Done(); tap.forward(toListener, in, out) }()
+		go func() { defer wg.Done(); tap.forward(toDialer, out, in) }()
+	}()
+	return tap
+}
+
+// forward copies from src to dst, reading the frames as they go by, until
+// either end closes.
+func (tap *zmtpTap) forward(dir int, src, dst net.Conn) {
+	defer src.Close()
+	defer dst.Close()
+	br := bufio.NewReaderSize(io.TeeReader(src, dst), readBuffer)
+	if _, err := io.ReadFull(br, make([]byte, greetingLen)); err != nil {
+		return
+	}
+	fr := &frameReader{r: br, maxFrames: defaultMaxFrames, maxBytes: defaultMaxMessageBytes}
+	for {
+		_, cmd, err := fr.readMessage()
+		if err != nil {
+			if errors.Is(err, errProtocol) || errors.Is(err, errTooLarge) {
+				tap.fail(fmt.Errorf("direction %d: %w", dir, err))
+			}
+			return // a connection closed
+		}
+		what := byte('M')
+		if cmd != nil {
+			name, _, err := parseCommand(cmd)
+			switch {
+			case err != nil:
+				tap.fail(fmt.Errorf("direction %d: %w", dir, err))
+				return
+			case name == "READY":
+				what = 'R'
+			case name == "PING":
+				what = 'P'
+			case name == "PONG":
+				what = 'O'
+			default:
+				what = '?'
+			}
+		}
+		tap.mu.Lock()
+		tap.seen[dir] = append(tap.seen[dir], what)
+		tap.notifyLocked()
+		tap.mu.Unlock()
+	}
+}
+
+func (tap *zmtpTap) notifyLocked() {
+	close(tap.changed)
+	tap.changed = make(chan struct{})
+}
+
+func (tap *zmtpTap) fail(err error) {
+	tap.mu.Lock()
+	if tap.err == nil {
+		tap.err = err
+	}
+	tap.notifyLocked()
+	tap.mu.Unlock()
+}
+
+// failure returns the error of a stream that did not parse, if any.
+func (tap *zmtpTap) failure() error {
+	tap.mu.Lock()
+	defer tap.mu.Unlock()
+	return tap.err
+}
+
+// events returns what went by in direction dir so far.
+func (tap *zmtpTap) events(dir int) []byte {
+	tap.mu.Lock()
+	defer tap.mu.Unlock()
+	return bytes.Clone(tap.seen[dir])
+}
+
+// count returns how many of what went by in direction dir so far.
+func (tap *zmtpTap) count(dir int, what byte) int {
+	tap.mu.Lock()
+	defer tap.mu.Unlock()
+	return bytes.Count(tap.seen[dir], []byte{what})
+}
+
+// waitFor waits until cond holds (it is checked whenever something goes
+// by), for at most wait; it fails early on a stream that did not parse.
+func (tap *zmtpTap) waitFor(cond func() bool) error {
+	timeout := time.NewTimer(wait)
+	defer timeout.Stop()
+	for {
+		tap.mu.Lock()
+		ch, err := tap.changed, tap.err
+		tap.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if cond() {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-timeout.C:
+			return fmt.Errorf("not within %v", wait)
+		}
 	}
 }
 
