@@ -115,13 +115,17 @@ func trafficSize(rng *rand.Rand) int {
 // holds as views of its oldest requests.
 //
 // Under the race detector, and with -short, each client makes 3 requests
-// (the first of them 2 million keys), else 12.
+// (the first of them 2 million keys), else 12; -short runs the in-memory
+// transport only (make check), make test every one.
 func TestRandomTrafficIsExact(t *testing.T) {
-	ops := 12
+	ops, vans := 12, testcluster.Vans()
 	if raceOn || testing.Short() {
 		ops = 3
 	}
-	for _, van := range testcluster.Vans() {
+	if testing.Short() {
+		vans = []string{"mem"}
+	}
+	for _, van := range vans {
 		t.Run(van, func(t *testing.T) { randomTraffic(t, van, ops) })
 	}
 }

@@ -501,12 +501,16 @@ func TestStoreRestoreRefuses(t *testing.T) {
 	// Damage: every truncation and a few flipped bytes fail or restore
 	// something valid, and never panic; a failure changes nothing.
 	before := l.snapshot(a, 1)
-	for cut := 0; cut < len(snap); cut += 1 + cut/16 {
+	finer, flips := 16, 300
+	if testing.Short() {
+		finer, flips = 4, 40
+	}
+	for cut := 0; cut < len(snap); cut += 1 + cut/finer {
 		if err := a.Restore([]io.Reader{bytes.NewReader(snap[:cut])}, l.part(1)); err == nil {
 			t.Fatalf("a snapshot cut at %d of %d bytes restored", cut, len(snap))
 		}
 	}
-	for i := range 300 {
+	for i := range flips {
 		d := slices.Clone(snap)
 		d[rnd.IntN(len(d))] ^= byte(1 + i%255)
 		_ = fresh.Restore([]io.Reader{bytes.NewReader(d)}, l.part(1))
