@@ -18,8 +18,8 @@ import (
 
 // replicated runs a KVServer's store in a managed job: a replica.Core says
 // what to apply, pass on and answer, and this carries it out. Everything
-// here runs on the server's customer goroutine (messages, and views and
-// snapshots through Customer.Do), so it needs no lock.
+// here runs in the server customer's turn (messages, and views and
+// snapshots through Customer.Do), one thing at a time, so it needs no lock.
 type replicated[V message.Value] struct {
 	s     *KVServer[V]
 	store Store[V]

@@ -79,7 +79,9 @@ func (s *KVServer[V]) SetRequestHandle(h ReqHandle[V]) error {
 // valid only while the handle runs: a handle that keeps data beyond it (a
 // store, a later Response) must copy it. Answering from within the handle
 // with a view of the request (ZResponse with the request's keys, as
-// DefaultHandle does) is safe: what is sent is copied first. Run tests with
+// DefaultHandle does) is safe: the transport copies a small answer and
+// pins the lent memory under a large one (message.HoldLent) until it is
+// written. Run tests with
 // PS_POISON_LENT=1 to overwrite given-back buffers, so that a handle that
 // keeps a view reads garbage. Off by default.
 func (s *KVServer[V]) LendRequests(on bool) { s.cust.SetTakesLent(on) }

@@ -21,8 +21,9 @@ import (
 // (SetRequestHandle) keeps working as it always did, but gets none of
 // that: its state dies with its server.
 //
-// The framework calls a store's methods one at a time (never two at once)
-// on the server's customer goroutine.
+// The framework calls a store's methods one at a time (never two at once),
+// in the server customer's turn: on its goroutine, or on the van's receive
+// goroutine when the customer was idle (customer.Customer.Accept).
 type Store[V message.Value] interface {
 	// Changes reports whether applying the request changes the store.
 	// Requests that do are replicated to every server holding their key

@@ -32,7 +32,8 @@ type reqOptions struct {
 // WithCmd sets the request's command (meta head), passed to the server's handle.
 func WithCmd(cmd int) Option { return func(o *reqOptions) { o.cmd = cmd } }
 
-// WithCallback sets a function run, on the customer goroutine, once the
+// WithCallback sets a function run, in the customer's turn (on its
+// goroutine or the van's receive goroutine), once the
 // request has all its responses (and, for a pull, the values are in place),
 // before Wait returns.
 func WithCallback(cb func()) Option { return func(o *reqOptions) { o.cb = cb } }

@@ -7,7 +7,8 @@ import (
 // Lender is implemented by transports that can lend large received frames
 // instead of copying them into memory of the receiver's own. The van lends
 // them on to customers that accept lent messages (a KVServer with
-// LendRequests on) and copies them for everyone else, so the copy of a
+// LendRequests on, and every KVWorker for its pull answers) and copies them
+// for everyone else, so the copy of a
 // large request is saved only where the handler promises not to keep it.
 type Lender interface {
 	// RecvLent is Recv, except that some frames may be views of the

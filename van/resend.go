@@ -37,7 +37,7 @@ func (d *resendDriver) ackAgain(ack *message.Message) {
 const maxAckAgain = 1 << 14
 
 func newResendDriver(v *Van, cfg control.ResendConfig) *resendDriver {
-	// A kept message may hold lent memory (holdFrames): give it back once
+	// A kept message may hold lent memory (keepable): give it back once
 	// the message is no longer kept.
 	cfg.Forget = func(m *message.Message) { m.Release() }
 	d := &resendDriver{v: v, r: control.NewResender(cfg)}

@@ -60,9 +60,10 @@ type Handover interface {
 var ErrPeerClosed = errors.New("van: connection closed while sending")
 
 // Transport moves multipart messages between nodes. It is the only part of
-// a node that touches sockets: the zmqtransport package has the real one
-// (ZeroMQ ROUTER/DEALER, like C++ ps-lite), and MemNetwork an in-memory one
-// for tests.
+// a node that touches sockets: zmtptransport (the default: ZeroMQ's
+// ROUTER/DEALER over ZMTP, in Go) and zmqtransport (the same through
+// libzmq, like C++ ps-lite) are the real ones, and MemNetwork an in-memory
+// one for tests.
 //
 // Bind and Recv are called by one goroutine at a time (the one running the
 // van's receive loop, which hands the loop to a new goroutine when a data

@@ -111,8 +111,9 @@ type Handler interface {
 	HandleData(msg *message.Message)
 	// HandleBarrierDone is called when the scheduler releases a barrier.
 	HandleBarrierDone(msg *message.Message)
-	// HandleSendFailure is called when a message was resent the maximum
-	// number of times without an acknowledgement.
+	// HandleSendFailure is called when a message is given up on without an
+	// acknowledgement: PS_RESEND_GIVEUP after its first send, or after
+	// PS_RESEND_MAX_RETRY resends when that is set.
 	HandleSendFailure(msg *message.Message, err error)
 	// HandleNodeDown is called when the connection to a server or worker
 	// drops while resending is off: nothing sent to it will be answered.
