@@ -4,7 +4,9 @@
 #   make check   the inner loop, under a minute: gofmt, go vet, staticcheck, and the
 #                unit tests with -short (no multi-process jobs)
 #   make test    vet, the no-cgo build, unit tests with -race, cluster and fault tests,
-#                then test-poison
+#                then test-poison and fuzz
+#   make fuzz    the fuzz targets of what strangers reach first (the ZMTP frame
+#                reader and handshake, the meta decoder), FUZZTIME each (default 10s)
 #   make test-poison  the cluster tests once more with PS_POISON_LENT=1: lent memory
 #                is overwritten with 0xDB bytes when given back (docs/MEMORY.md)
 #   make nocgo   build every package but the ZeroMQ transport and psbench with CGO_ENABLED=0,
@@ -23,7 +25,7 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 STATICCHECK_VERSION   := v0.8.2
 GOBIN     := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all deps build check test test-poison nocgo demo proto proto-check bench bench-zmq vet clean netimpair
+.PHONY: all deps build check test test-poison fuzz nocgo demo proto proto-check bench bench-zmq vet clean netimpair
 
 all: build
 
@@ -46,6 +48,14 @@ check: vet
 test: vet nocgo build
 	$(GO) test -race -count=1 -timeout 20m ./...
 	@$(MAKE) --no-print-directory test-poison
+	@$(MAKE) --no-print-directory fuzz
+
+# Each target runs for FUZZTIME from its committed corpus (testdata/fuzz).
+FUZZTIME ?= 10s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzFrameReader$$' -fuzztime $(FUZZTIME) ./van/zmtptransport/
+	$(GO) test -run '^$$' -fuzz '^FuzzHandshake$$' -fuzztime $(FUZZTIME) ./van/zmtptransport/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./message/
 
 # The jobs that move values, in process and as real processes, on every
 # transport; without -race (make test ran them with it), with poison.

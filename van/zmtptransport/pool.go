@@ -36,6 +36,17 @@ const (
 // get returns a buffer of n bytes: a kept one at most twice as large as
 // needed, or a new one.
 func (p *bufPool) get(n int) []byte {
+	if b := p.kept(n); b != nil {
+		return b
+	}
+	b := make([]byte, n)
+	adviseHuge(b)
+	return b
+}
+
+// kept returns a kept buffer of n bytes, at most twice as large as needed,
+// or nil.
+func (p *bufPool) kept(n int) []byte {
 	p.mu.Lock()
 	best := -1
 	for i, b := range p.free {
@@ -54,9 +65,7 @@ func (p *bufPool) get(n int) []byte {
 		return b[:n]
 	}
 	p.mu.Unlock()
-	b := make([]byte, n)
-	adviseHuge(b)
-	return b
+	return nil
 }
 
 // put keeps b for a later get, if there is room; poison overwrites it

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,5 +125,90 @@ func TestStrangersSendSmallMessagesOnly(t *testing.T) {
 	m.Write(appendMessage(nil, [][]byte{[]byte("large"), big}))
 	if ident, frames := recv(t, rx); ident != "ps9" || !bytes.Equal(frames[1], big) {
 		t.Fatalf("a member's large message: %q from %q", frames[0], ident)
+	}
+}
+
+// Idle and half-open connections cannot pile up: past MaxStrangers the
+// one longest in its handshake is closed, with a log line at most a burst
+// a second, and the strangers kept hold a small read buffer each. A member
+// still connects (its handshake is quick) and sends large messages, and
+// closed strangers free their places.
+func TestStrangerConnectionsAreCapped(t *testing.T) {
+	var log lockedBuffer
+	const max, conns = 40, 400
+	member := func(id string) bool { return id == "ps9" }
+	rx, port := bound(t, Options{Log: zerolog.New(&log), MaxStrangers: max, IsMember: member})
+	idle := make([]net.Conn, 0, conns)
+	defer func() {
+		for _, c := range idle {
+			c.Close()
+		}
+	}()
+	for range conns {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	// Once all are accepted, all but the newest max are closed: reading
+	// one ends (EOF or reset) rather than waiting.
+	deadline := time.Now().Add(wait)
+	for {
+		rx.mu.Lock()
+		accepted := rx.accepted
+		rx.mu.Unlock()
+		if accepted >= conns {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d connections accepted", accepted, conns)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var closed atomic.Int64
+	var wg sync.WaitGroup
+	for _, c := range idle {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.SetReadDeadline(time.Now().Add(time.Second))
+			_, err := io.Copy(io.Discard, c) // the greeting, then EOF if closed
+			var ne net.Error
+			if !(errors.As(err, &ne) && ne.Timeout()) {
+				closed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := closed.Load(); n != conns-max {
+		t.Fatalf("%d of %d idle connections closed with a cap of %d, want %d", n, conns, max, conns-max)
+	}
+	if n := strings.Count(log.String(), "too many connections"); n == 0 || n > 60 {
+		t.Errorf("%d closed connections made %d log lines, want 1 to 60", conns-max, n)
+	}
+	// A member is no stranger: it connects past the cap.
+	m := rawPeer(t, port, "ps9")
+	big := pattern(2<<20, 5)
+	m.Write(appendMessage(nil, [][]byte{[]byte("large"), big}))
+	if ident, frames := recv(t, rx); ident != "ps9" || !bytes.Equal(frames[1], big) {
+		t.Fatalf("a member's large message: %q from %q", frames[0], ident)
+	}
+	// The strangers gone, their places are free again.
+	for _, c := range idle {
+		c.Close()
+	}
+	idle = idle[:0]
+	deadline = time.Now().Add(wait)
+	for rx.strangers.Load() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d strangers still counted after they closed", rx.strangers.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s := rawPeer(t, port, "")
+	s.Write(appendMessage(nil, [][]byte{[]byte("hello")}))
+	if _, frames := recv(t, rx); string(frames[0]) != "hello" {
+		t.Fatalf("a stranger after the others left: %q", frames[0])
 	}
 }

@@ -57,6 +57,18 @@ type Options struct {
 	// members (see IsMember); 0 means 16 KiB. A stranger that announces a
 	// larger frame is dropped at its header, before anything is allocated.
 	StrangerMaxBytes int64
+	// MaxStrangers bounds the accepted connections that are strangers: in
+	// their handshake, or connected with an identity that names no member
+	// (see IsMember); 0 means 1024. A connection accepted past it is
+	// closed at once (its peer, a node registering, connects again), and
+	// the refusal logged at most a burst a second.
+	MaxStrangers int
+	// UpfrontBytes bounds the bytes of large frames (over 1 MiB) still
+	// arriving, across connections, whose buffers are allocated whole
+	// when their headers come; past it a frame's buffer grows as its
+	// bytes arrive, so what a node holds follows what it received. 0
+	// means MaxMessageBytes.
+	UpfrontBytes int64
 	// MaxFrames bounds the frames of one received message; 0 means 64.
 	MaxFrames int
 	// LinkTimeout, when positive, bounds how long a connection may carry
@@ -95,7 +107,11 @@ const processProperty = "X-Pslite-Process"
 const (
 	defaultMaxMessageBytes  = 1 << 30
 	defaultStrangerMaxBytes = 16 << 10
-	defaultMaxFrames        = 64
+	defaultMaxStrangers     = 1024
+	// handshakeBuffer is the read buffer of a connection until it proves
+	// a member's identity: strangers and half-open connections cost little.
+	handshakeBuffer  = 4 << 10
+	defaultMaxFrames = 64
 
 	// packMax bounds the encoded size of a message that is written at
 	// once by a Send to an idle peer, or joins a pack: messages queued for
@@ -147,6 +163,9 @@ const (
 // not take to the writer.
 type Transport struct {
 	opts Options
+	// strangers counts the accepted connections that are strangers (see
+	// Options.MaxStrangers).
+	strangers atomic.Int64
 	// netLog is opts.Log limited to a burst of lines a second, for what
 	// anyone who can open a connection can make the transport say.
 	netLog zerolog.Logger
@@ -157,12 +176,16 @@ type Transport struct {
 	timer   *time.Timer   // Recv's; the receive loop's
 	pending []inMsg       // the rest of the batch Recv took last; the receive loop's
 
-	mu       sync.Mutex // guards the fields below; never held across I/O
-	peers    map[int]*peer
-	conns    map[*inConn]struct{}
-	owners   map[string]*inConn // identity -> the connection it is delivered from
-	links    map[*link]struct{} // connections the heartbeat watches
-	handover bool
+	mu    sync.Mutex // guards the fields below; never held across I/O
+	peers map[int]*peer
+	conns map[*inConn]struct{}
+	// handshaking holds the accepted connections still in their
+	// handshake, by the order they came (see Options.MaxStrangers).
+	handshaking map[*inConn]uint64
+	accepted    uint64
+	owners      map[string]*inConn // identity -> the connection it is delivered from
+	links       map[*link]struct{} // connections the heartbeat watches
+	handover    bool
 	// incarnations maps identities to the process incarnation that holds
 	// them now (SetIncarnations).
 	incarnations map[string]string
@@ -175,6 +198,8 @@ type Transport struct {
 	held sendq.Held[*peer]
 
 	pool bufPool // large received frames' buffers
+	// upfront is what is left of Options.UpfrontBytes (see readFrame).
+	upfront atomic.Int64
 
 	onConnection atomic.Pointer[func(id int, up bool)]
 
@@ -205,7 +230,10 @@ type inConn struct {
 	ident   string
 	process string      // the incarnation it presented
 	owner   atomic.Bool // its messages are delivered (it holds its identity)
-	wMu     sync.Mutex  // guards writes (PONGs)
+	// stranger: counted in Transport.strangers (until it proves a
+	// member's identity, or goes)
+	stranger atomic.Bool
+	wMu      sync.Mutex // guards writes (PONGs)
 }
 
 // New creates a transport.
@@ -224,6 +252,12 @@ func New(opts Options) (*Transport, error) {
 	}
 	if opts.MaxMessageBytes <= 0 {
 		opts.MaxMessageBytes = defaultMaxMessageBytes
+	}
+	if opts.UpfrontBytes <= 0 {
+		opts.UpfrontBytes = opts.MaxMessageBytes
+	}
+	if opts.MaxStrangers <= 0 {
+		opts.MaxStrangers = defaultMaxStrangers
 	}
 	if opts.StrangerMaxBytes <= 0 {
 		opts.StrangerMaxBytes = defaultStrangerMaxBytes
@@ -244,11 +278,13 @@ func New(opts Options) (*Transport, error) {
 		stop:         make(chan struct{}),
 		peers:        map[int]*peer{},
 		conns:        map[*inConn]struct{}{},
+		handshaking:  map[*inConn]uint64{},
 		owners:       map[string]*inConn{},
 		links:        map[*link]struct{}{},
 		incarnations: map[string]string{},
 		anon:         rand.Uint32(),
 	}
+	t.upfront.Store(opts.UpfrontBytes)
 	if opts.LinkTimeout > 0 {
 		t.wg.Add(1)
 		go t.heartbeat()
@@ -355,11 +391,47 @@ func (t *Transport) accept(ln net.Listener) {
 			c.Close()
 			return
 		}
+		if !t.makeRoomLocked(ic) {
+			t.mu.Unlock()
+			c.Close()
+			continue
+		}
+		t.strangers.Add(1)
+		ic.stranger.Store(true)
+		t.accepted++
+		t.handshaking[ic] = t.accepted
 		t.conns[ic] = struct{}{}
 		t.wg.Add(1)
 		t.mu.Unlock()
 		go t.serve(ic)
 	}
+}
+
+// makeRoomLocked keeps the strangers within Options.MaxStrangers as ic
+// comes: past it, the connection longest in its handshake is closed (a
+// node's handshake takes milliseconds; one that idles is not a node), or,
+// when every stranger has finished its handshake, ic is refused. t.mu is
+// held.
+func (t *Transport) makeRoomLocked(ic *inConn) bool {
+	if t.strangers.Load() < int64(t.opts.MaxStrangers) {
+		return true
+	}
+	var oldest *inConn
+	for c, seq := range t.handshaking {
+		if oldest == nil || seq < t.handshaking[oldest] {
+			oldest = c
+		}
+	}
+	if oldest == nil {
+		t.netLog.Warn().Str("from", ic.c.RemoteAddr().String()).Int("strangers", t.opts.MaxStrangers).
+			Msg("zmtp: too many connections without a member's identity; refusing a new one")
+		return false
+	}
+	t.netLog.Warn().Str("from", oldest.c.RemoteAddr().String()).Int("strangers", t.opts.MaxStrangers).
+		Msg("zmtp: too many connections without a member's identity; closing the one longest in its handshake")
+	delete(t.handshaking, oldest)
+	oldest.c.Close() // its serve sees the handshake fail, and forgets it
+	return true
 }
 
 func (t *Transport) stopped() bool {
@@ -376,8 +448,11 @@ func (t *Transport) serve(ic *inConn) {
 	defer t.wg.Done()
 	defer t.forget(ic)
 	t.tune(ic.c)
-	br := bufio.NewReaderSize(ic.c, readBuffer)
+	br := bufio.NewReaderSize(ic.c, handshakeBuffer)
 	props, err := t.handshake(ic.c, br, "ROUTER", "", t.admit)
+	t.mu.Lock()
+	delete(t.handshaking, ic)
+	t.mu.Unlock()
 	if err != nil {
 		if !t.stopped() {
 			t.netLog.Warn().Err(err).Str("from", ic.c.RemoteAddr().String()).Msg("zmtp: handshake failed, connection closed")
@@ -397,7 +472,13 @@ func (t *Transport) serve(ic *inConn) {
 		t.netLog.Warn().Str("identity", ic.ident).Str("from", ic.c.RemoteAddr().String()).
 			Msg("zmtp: identity already connected; dropping this connection's messages while the other holds it")
 	}
-	fr := &frameReader{r: br, maxFrames: t.opts.MaxFrames, maxBytes: t.maxBytes(props["identity"]), pool: &t.pool}
+	if t.member(props["identity"]) {
+		// A member: a read buffer for runs of messages (over the small
+		// one, which may hold what came with the READY).
+		t.unstranger(ic)
+		br = bufio.NewReaderSize(br, readBuffer)
+	}
+	fr := &frameReader{r: br, maxFrames: t.opts.MaxFrames, maxBytes: t.maxBytes(props["identity"]), pool: &t.pool, upfront: &t.upfront}
 	var batch []inMsg
 	for {
 		// Pass on, together, what has arrived already: one hand-off to the
@@ -473,10 +554,16 @@ func (t *Transport) deliver(batch []inMsg) bool {
 // identity may send: MaxMessageBytes for a member of the job, else
 // StrangerMaxBytes (see Options.IsMember).
 func (t *Transport) maxBytes(identity string) int64 {
-	if identity != "" && (t.opts.IsMember == nil || t.opts.IsMember(identity)) {
+	if t.member(identity) {
 		return t.opts.MaxMessageBytes
 	}
 	return min(t.opts.StrangerMaxBytes, t.opts.MaxMessageBytes)
+}
+
+// member reports whether a connection that announced identity is a
+// member's (see Options.IsMember).
+func (t *Transport) member(identity string) bool {
+	return identity != "" && (t.opts.IsMember == nil || t.opts.IsMember(identity))
 }
 
 // anonIdentity makes up an identity for a peer that announced none, as
@@ -566,11 +653,20 @@ func (t *Transport) claim(ic *inConn) bool {
 	return true
 }
 
+// unstranger stops counting ic as a stranger.
+func (t *Transport) unstranger(ic *inConn) {
+	if ic.stranger.Swap(false) {
+		t.strangers.Add(-1)
+	}
+}
+
 // forget closes an accepted connection and lets go of its identity.
 func (t *Transport) forget(ic *inConn) {
+	t.unstranger(ic)
 	ic.c.Close()
 	t.mu.Lock()
 	delete(t.conns, ic)
+	delete(t.handshaking, ic)
 	if t.owners[ic.ident] == ic {
 		delete(t.owners, ic.ident)
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 )
 
 // ZMTP 3.1 (https://rfc.zeromq.org/spec/37/) with the NULL mechanism, as
@@ -204,7 +205,11 @@ type frameReader struct {
 	maxFrames int
 	maxBytes  int64
 	pool      *bufPool // large frames are received into its buffers; may be nil
-	lent      uint64   // after readMessage: bit i set when frame i came from pool
+	// upfront, shared by a transport's connections, is how many bytes of
+	// frames still arriving may be allocated before their bytes are there
+	// (see readFrame); nil: none.
+	upfront *atomic.Int64
+	lent    uint64 // after readMessage: bit i set when frame i came from pool
 }
 
 // errTooLarge is a frame larger than a whole message may be: libzmq drops
@@ -281,18 +286,16 @@ func (fr *frameReader) readMessage() (frames [][]byte, cmd []byte, err error) {
 				return nil, nil, err
 			}
 		} else {
-			var f []byte
-			if fr.pool != nil && size >= lendMin && n <= 64 {
-				f = fr.pool.get(int(size))
-				fr.lent |= 1 << (n - 1)
-			} else {
-				f = make([]byte, size)
-			}
-			frames = append(frames, f)
-			if _, err := io.ReadFull(fr.r, f); err != nil {
+			pooled := fr.pool != nil && size >= lendMin && n <= 64
+			f, err := fr.readFrame(int(size), pooled)
+			if err != nil {
 				fr.giveBack(frames)
 				return nil, nil, err
 			}
+			if pooled {
+				fr.lent |= 1 << (n - 1)
+			}
+			frames = append(frames, f)
 		}
 		if flags&flagMore == 0 {
 			if skip {
@@ -301,6 +304,63 @@ func (fr *frameReader) readMessage() (frames [][]byte, cmd []byte, err error) {
 			}
 			return frames, nil, nil
 		}
+	}
+}
+
+// growStep is the most a frame's buffer takes before its bytes arrive
+// when the transport's upfront budget is spent: a larger frame is then
+// received into a buffer that starts at growStep and doubles as it fills,
+// so a peer that announces a large frame holds only what it has sent, plus
+// as much again at most.
+const growStep = 1 << 20
+
+// readFrame reads a frame of size bytes. A pooled one (to be lent) goes
+// into a buffer the pool kept, when it has one large enough. A large one
+// gets its whole buffer at once while the transport's frames in transit
+// fit its upfront budget (growing costs copies and fresh pages: twice the
+// time of a cold bulk push), else it grows as its bytes arrive.
+func (fr *frameReader) readFrame(size int, pooled bool) ([]byte, error) {
+	if pooled {
+		if b := fr.pool.kept(size); b != nil {
+			_, err := io.ReadFull(fr.r, b)
+			return b, err
+		}
+	}
+	if size > growStep && fr.upfront != nil && fr.upfront.Add(-int64(size)) >= 0 {
+		defer fr.upfront.Add(int64(size))
+		var b []byte
+		if pooled {
+			b = fr.pool.get(size)
+		} else {
+			b = make([]byte, size)
+		}
+		_, err := io.ReadFull(fr.r, b)
+		return b, err
+	} else if size > growStep && fr.upfront != nil {
+		fr.upfront.Add(int64(size))
+	}
+	if size <= growStep {
+		b := make([]byte, size)
+		_, err := io.ReadFull(fr.r, b)
+		return b, err
+	}
+	b := make([]byte, growStep)
+	n := 0
+	for {
+		m, err := io.ReadFull(fr.r, b[n:])
+		n += m
+		if err != nil {
+			return nil, err
+		}
+		if n == size {
+			return b, nil
+		}
+		nb := make([]byte, min(2*len(b), size))
+		if pooled {
+			adviseHuge(nb)
+		}
+		copy(nb, b[:n])
+		b = nb
 	}
 }
 
