@@ -22,5 +22,6 @@ func zmqTransport(cfg Config, log zerolog.Logger) (van.Transport, error) {
 		LinkTimeout:     cfg.LinkTimeout,
 		PoisonLent:      cfg.PoisonLent,
 		KeepRecvMemory:  cfg.KeepRecvMemory,
+		Process:         newIncarnation(),
 	})
 }

@@ -77,6 +77,10 @@ type Options struct {
 	PoisonLent bool
 	// Log receives the transport's own warnings (refused connections).
 	Log zerolog.Logger
+	// Process is this process's incarnation, presented on every
+	// connection it makes (the X-Pslite-Process property, through
+	// ZMQ_METADATA; C++ nodes ignore it); see van.Incarnations. Empty: none.
+	Process string
 }
 
 // keepMemory sets the C allocator up once per process (KeepRecvMemory).
@@ -126,6 +130,8 @@ type Transport struct {
 	held sendq.Held[*peer] // peers held by Hold and not flushed since
 
 	onConnection atomic.Pointer[func(id int, up bool)]
+
+	inc incarnations
 }
 
 var (
@@ -201,6 +207,7 @@ func New(opts Options) (*Transport, error) {
 		}
 	}
 	t := &Transport{opts: opts, ctx: ctx, peers: make(map[int]*peer), live: make(map[*peer]struct{})}
+	t.inc.init(opts.Process, opts.Log)
 	if opts.Curve != nil {
 		if err := opts.Curve.Check(); err != nil {
 			ctx.Term()
@@ -337,6 +344,14 @@ func (t *Transport) Connect(id int, host string, port int, identity string) erro
 		if err := errors.Join(sock.SetCurveServerkey(c.Public), sock.SetCurvePublickey(c.Public), sock.SetCurveSecretkey(c.Secret)); err != nil {
 			sock.Close()
 			return fmt.Errorf("van: CURVE client: %w", err)
+		}
+	}
+	if t.opts.Process != "" && t.inc.presents.Load() {
+		if err := setProcess(sock, t.opts.Process); err != nil {
+			// A libzmq without ZMQ_METADATA: this node presents no
+			// incarnation, and is then told apart by its identity only.
+			t.inc.presents.Store(false)
+			t.opts.Log.Warn().Err(err).Msg("van: this libzmq cannot present the process incarnation (ZMQ_METADATA); replacements of this node are told apart by identity only")
 		}
 	}
 	p := &peer{id: id, sock: sock, h: rawSocket(sock), kick: make(chan struct{}, 1), done: make(chan struct{})}
@@ -758,7 +773,18 @@ func (t *Transport) recvFlags(flags zmq.Flag, lend bool) ([]byte, [][]byte, *mes
 	var err error
 	switch {
 	case t.reader != nil:
-		frames, mask, free, err = t.reader.recv(flags, lend, t.opts.PoisonLent)
+		var proc process
+		for {
+			if m, ok := t.inc.ready(); ok {
+				frames, mask, free, proc = m.frames, m.mask, m.release, m.proc
+				break
+			}
+			frames, mask, free, proc, err = t.reader.recv(flags, lend, t.opts.PoisonLent)
+			if err != nil || len(frames) == 0 || t.inc.admit(frames[0], readMsg{frames: frames, mask: mask, release: free, proc: proc}) {
+				break
+			}
+			// held: its identity belongs to another process (for now)
+		}
 	default:
 		frames, err = t.router.RecvMessageBytes(flags)
 		if err == nil {

@@ -122,8 +122,10 @@ pslite_reader *pslite_reader_new(int msg_cap, int max_msgs) {
 	r->msg_kept = calloc((size_t)max_msgs, sizeof *r->msg_kept);
 	r->msg_frames = calloc((size_t)max_msgs, sizeof *r->msg_frames);
 	r->msg_bytes = calloc((size_t)max_msgs, sizeof *r->msg_bytes);
+	r->msg_proc = calloc((size_t)max_msgs, PSLITE_PROC_LEN);
 	if (r->msgs == NULL || r->size == NULL || r->packed == NULL || r->pack == NULL ||
-		r->msg_first == NULL || r->msg_kept == NULL || r->msg_frames == NULL || r->msg_bytes == NULL) {
+		r->msg_first == NULL || r->msg_kept == NULL || r->msg_frames == NULL || r->msg_bytes == NULL ||
+		r->msg_proc == NULL) {
 		pslite_reader_free(r);
 		return NULL;
 	}
@@ -153,6 +155,7 @@ void pslite_reader_free(pslite_reader *r) {
 	free(r->msg_kept);
 	free(r->msg_frames);
 	free(r->msg_bytes);
+	free(r->msg_proc);
 	free(r);
 }
 
@@ -214,6 +217,16 @@ static int recv_one(void *sock, pslite_reader *r, int flags) {
 			break;
 		}
 		flags &= ~ZMQ_DONTWAIT; // the rest of the message is there
+		if (frames == 0) {
+			// The connection's properties travel with every frame.
+			char *proc = r->msg_proc + (size_t)r->nmsgs * PSLITE_PROC_LEN;
+			const char *p = zmq_msg_gets(m, "X-Pslite-Process");
+			proc[0] = 0;
+			if (p != NULL) {
+				strncpy(proc, p, PSLITE_PROC_LEN - 1);
+				proc[PSLITE_PROC_LEN - 1] = 0;
+			}
+		}
 		int more = zmq_msg_more(m);
 		bytes += rc;
 		frames++;
@@ -271,6 +284,16 @@ int pslite_recv_batch(void *sock, pslite_reader *r, int flags) {
 		}
 	}
 	return r->nmsgs;
+}
+
+// ZMQ_METADATA is in libzmq's draft API in its headers (4.3), and in its
+// library when built with it; without it setting it fails (EINVAL).
+#ifndef ZMQ_METADATA
+#define ZMQ_METADATA 95
+#endif
+
+int pslite_set_metadata(void *sock, const char *prop, size_t len) {
+	return zmq_setsockopt(sock, ZMQ_METADATA, prop, len) == 0 ? 0 : -zmq_errno();
 }
 
 int pslite_socket_type(void *sock) {

@@ -3,6 +3,7 @@ package zmqtransport
 /*
 #cgo !windows pkg-config: libzmq
 #include <stdlib.h>
+#include <string.h>
 #include "zmqmsg.h"
 */
 import "C"
@@ -100,6 +101,17 @@ func pin(f []byte) C.uintptr_t {
 // reports false where that is not supported.
 func keepRecvMemory() bool { return C.pslite_keep_memory() != 0 }
 
+// setProcess has socket s present proc as its X-Pslite-Process property on
+// the connections it makes (see van.Incarnations).
+func setProcess(s *zmq.Socket, proc string) error {
+	prop := C.CString("X-Pslite-Process:" + proc)
+	defer C.free(unsafe.Pointer(prop))
+	if rc := C.pslite_set_metadata(rawSocket(s), prop, C.strlen(prop)); rc != 0 {
+		return fmt.Errorf("van: setting the process property: %w", zmq.Errno(-rc))
+	}
+	return nil
+}
+
 // maxMsgFrames is the most frames sendMsg sends with one call.
 const maxMsgFrames = 4
 
@@ -171,7 +183,18 @@ type readMsg struct {
 	bytes   int64
 	mask    uint64 // lent frames
 	release func() // gives the lent frames back; nil when none
+	proc    process
 }
+
+// process is the incarnation a message's connection presented (its
+// X-Pslite-Process property; empty when none), held without allocating.
+type process struct {
+	b [C.PSLITE_PROC_LEN]byte
+	n uint8
+}
+
+// is reports whether p is s.
+func (p *process) is(s string) bool { return string(p.b[:p.n]) == s }
 
 // maxBatchMsgs is the most messages received with one call.
 const maxBatchMsgs = 32
@@ -201,17 +224,17 @@ func newFrameReader(h unsafe.Pointer, maxFrames int, maxBytes int64) *frameReade
 // copied but lent: views of libzmq's buffers, marked in mask, valid until
 // release is called (nil when nothing was lent). With poison, release
 // overwrites them first, so that whoever kept a view reads 0xDB bytes.
-func (r *frameReader) recv(flags zmq.Flag, lend, poison bool) (frames [][]byte, mask uint64, release func(), err error) {
+func (r *frameReader) recv(flags zmq.Flag, lend, poison bool) (frames [][]byte, mask uint64, release func(), proc process, err error) {
 	if len(r.queued) == 0 && flags&zmq.DONTWAIT != 0 && r.drained {
 		// Nothing waited when the last batch was read, a moment ago: do
 		// not ask again (a call into libzmq that finds nothing costs a
 		// system call), but let the next wait find it.
 		r.drained = false
-		return nil, 0, nil, zmq.Errno(syscall.EAGAIN)
+		return nil, 0, nil, process{}, zmq.Errno(syscall.EAGAIN)
 	}
 	if len(r.queued) == 0 {
 		if err := r.read(flags, lend, poison); err != nil {
-			return nil, 0, nil, err
+			return nil, 0, nil, process{}, err
 		}
 	}
 	m := r.queued[0]
@@ -225,9 +248,9 @@ func (r *frameReader) recv(flags zmq.Flag, lend, poison bool) (frames [][]byte, 
 		if m.release != nil {
 			m.release()
 		}
-		return nil, 0, nil, oversized(ident, m.count-1, m.bytes)
+		return nil, 0, nil, process{}, oversized(ident, m.count-1, m.bytes)
 	}
-	return m.frames, m.mask, m.release, nil
+	return m.frames, m.mask, m.release, m.proc, nil
 }
 
 // read receives a batch into r.queued.
@@ -250,9 +273,15 @@ func (r *frameReader) read(flags zmq.Flag, lend, poison bool) error {
 	keptOf := unsafe.Slice(c.msg_kept, n)
 	counts := unsafe.Slice(c.msg_frames, n)
 	bytes := unsafe.Slice(c.msg_bytes, n)
+	procs := unsafe.Slice((*byte)(unsafe.Pointer(c.msg_proc)), n*C.PSLITE_PROC_LEN)
 	r.queued = r.batch[:n]
 	for k := range n {
 		m := readMsg{count: int(counts[k]), bytes: int64(bytes[k])}
+		p := procs[k*C.PSLITE_PROC_LEN : (k+1)*C.PSLITE_PROC_LEN]
+		for int(m.proc.n) < len(p) && p[m.proc.n] != 0 {
+			m.proc.b[m.proc.n] = p[m.proc.n]
+			m.proc.n++
+		}
 		from, to := int(first[k]), int(first[k])+int(keptOf[k])
 		oversize := m.count > r.maxFrames+1 || m.bytes > r.maxBytes
 		var lent []*C.zmq_msg_t

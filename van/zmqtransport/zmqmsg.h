@@ -65,7 +65,18 @@ typedef struct {
 	int *msg_kept;    // its frames kept
 	int *msg_frames;  // its frames received (kept or not)
 	long long *msg_bytes;  // its bytes received
+	char *msg_proc;   // its sender's process incarnation (PSLITE_PROC_LEN bytes each, NUL-ended)
 } pslite_reader;
+
+// PSLITE_PROC_LEN bounds the process incarnation a message's connection
+// presented (its X-Pslite-Process property), NUL included; a longer one
+// is cut.
+#define PSLITE_PROC_LEN 40
+
+// pslite_set_metadata adds "name:value" (prop, len bytes) to the properties
+// a socket presents on the connections it makes (ZMQ_METADATA). It returns 0
+// or minus the error number.
+int pslite_set_metadata(void *sock, const char *prop, size_t len);
 
 // pslite_reader_new allocates a reader keeping up to msg_cap frames of a
 // message and batches of up to max_msgs messages.
