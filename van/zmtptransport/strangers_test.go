@@ -212,3 +212,28 @@ func TestStrangerConnectionsAreCapped(t *testing.T) {
 		t.Fatalf("a stranger after the others left: %q", frames[0])
 	}
 }
+
+// A second connection claiming a member's identity while the member holds
+// it is heard no more than a stranger: a large frame's header drops it,
+// before its bytes cost memory, and the member is not disturbed.
+func TestIdentityClaimerSendsSmallMessagesOnly(t *testing.T) {
+	member := func(id string) bool { return id == "ps9" }
+	rx, port := bound(t, Options{IsMember: member, StrangerMaxBytes: 4 << 10})
+	m := rawPeer(t, port, "ps9")
+	m.Write(appendMessage(nil, [][]byte{[]byte("first")}))
+	if ident, frames := recv(t, rx); ident != "ps9" || string(frames[0]) != "first" {
+		t.Fatalf("got %q from %q", frames[0], ident)
+	}
+	c := rawPeer(t, port, "ps9")
+	c.Write(appendHeader(nil, 0, 1<<30-1<<10))
+	c.SetReadDeadline(time.Now().Add(wait))
+	var ne net.Error
+	if _, err := io.Copy(io.Discard, c); errors.As(err, &ne) && ne.Timeout() {
+		t.Fatal("the claimer's connection was not closed")
+	}
+	big := pattern(2<<20, 7)
+	m.Write(appendMessage(nil, [][]byte{[]byte("large"), big}))
+	if ident, frames := recv(t, rx); ident != "ps9" || !bytes.Equal(frames[1], big) {
+		t.Fatalf("the member's large message: %q from %q", frames[0], ident)
+	}
+}

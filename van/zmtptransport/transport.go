@@ -478,7 +478,8 @@ func (t *Transport) serve(ic *inConn) {
 		t.unstranger(ic)
 		br = bufio.NewReaderSize(br, readBuffer)
 	}
-	fr := &frameReader{r: br, maxFrames: t.opts.MaxFrames, maxBytes: t.maxBytes(props["identity"]), pool: &t.pool, upfront: &t.upfront}
+	memberMax := t.maxBytes(props["identity"])
+	fr := &frameReader{r: br, maxFrames: t.opts.MaxFrames, maxBytes: memberMax, pool: &t.pool, upfront: &t.upfront}
 	var batch []inMsg
 	for {
 		// Pass on, together, what has arrived already: one hand-off to the
@@ -488,6 +489,13 @@ func (t *Transport) serve(ic *inConn) {
 				return
 			}
 			batch = nil
+		}
+		// A connection whose identity another holds (its messages are
+		// dropped) may announce no more than a stranger: what it sends
+		// costs no memory.
+		fr.maxBytes = memberMax
+		if !ic.owner.Load() && !t.claim(ic) {
+			fr.maxBytes = min(memberMax, t.opts.StrangerMaxBytes)
 		}
 		frames, cmd, err := fr.readMessage()
 		lk.touch()
