@@ -123,7 +123,7 @@ func (n *MemNetwork) Settle(ctx context.Context) error {
 
 // Transport returns a new transport attached to the network.
 func (n *MemNetwork) Transport() Transport {
-	return &memTransport{net: n, peers: make(map[int]memPeer)}
+	return &memTransport{net: n, peers: make(map[int]memPeer), stop: make(chan struct{})}
 }
 
 func (n *MemNetwork) linkLocked(from, to string) *memLink {
@@ -361,8 +361,9 @@ type memTransport struct {
 	net  *MemNetwork
 	addr string // bound address
 
-	mu    sync.Mutex // guards peers, held, closed, killed, handler, events
+	mu    sync.Mutex // guards peers, gens, held, closed, killed, handler, events
 	peers map[int]memPeer
+	gens  int // the last memPeer.gen given
 	// held holds what is sent to the peers held by Hold (see Batcher), in
 	// order, until Flush.
 	held      map[int][]batchedMsg
@@ -372,12 +373,18 @@ type memTransport struct {
 	events    []memEvent
 	eventWake chan struct{}
 	eventDone chan struct{}
+	// stop is closed when the transport is closed or killed: it ends the
+	// Sends waiting for room.
+	stop chan struct{}
 }
 
 type memPeer struct {
 	addr     string
 	identity []byte
-	gen      int // distinguishes connections to the same id
+	gen      int // distinguishes connections (to the same id, or not)
+	// gone is closed when the connection is replaced or dropped: it ends
+	// the Sends waiting for room on it (ErrPeerClosed).
+	gone chan struct{}
 }
 
 // batchedMsg is a message sent to a peer held by Hold.
@@ -595,8 +602,16 @@ func (n *MemNetwork) eventDone() {
 	n.mu.Unlock()
 }
 
+// stopLocked closes stop, once; mu is held.
+func (t *memTransport) stopLocked() {
+	if !t.closed && !t.killed {
+		close(t.stop)
+	}
+}
+
 func (t *memTransport) kill() {
 	t.mu.Lock()
+	t.stopLocked()
 	t.killed = true
 	dropped := len(t.events)
 	t.events = nil
@@ -627,7 +642,11 @@ func (t *memTransport) Connect(id int, host string, port int, identity string) e
 	if identity == "" {
 		ident = []byte{0, 0x6b, 0x8b, 0x45, 0x67} // like ZeroMQ's generated identities
 	}
-	t.peers[id] = memPeer{addr: addr, identity: ident, gen: t.peers[id].gen + 1}
+	if old, ok := t.peers[id]; ok {
+		close(old.gone)
+	}
+	t.gens++
+	t.peers[id] = memPeer{addr: addr, identity: ident, gen: t.gens, gone: make(chan struct{})}
 	if live {
 		t.queueEvent(id, true)
 	}
@@ -636,7 +655,10 @@ func (t *memTransport) Connect(id int, host string, port int, identity string) e
 
 func (t *memTransport) Disconnect(id int) {
 	t.mu.Lock()
-	delete(t.peers, id)
+	if p, ok := t.peers[id]; ok {
+		close(p.gone)
+		delete(t.peers, id)
+	}
 	t.mu.Unlock()
 }
 
@@ -698,6 +720,8 @@ func (t *memTransport) send(ctx context.Context, id int, frames [][]byte, wait b
 		n.mu.Unlock()
 		select {
 		case <-room:
+		case <-p.gone: // replaced or dropped
+		case <-t.stop: // closed
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}
@@ -763,6 +787,7 @@ func (t *memTransport) Close() error {
 		t.mu.Unlock()
 		return nil
 	}
+	t.stopLocked()
 	t.closed = true
 	t.mu.Unlock()
 	if t.eventWake != nil {

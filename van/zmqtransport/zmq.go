@@ -319,6 +319,12 @@ func (t *Transport) Bind(host string, port, maxRetry int) (int, error) {
 // Connect implements van.Transport. A connection that replaces another
 // does not wait for the old one: its writer closes it.
 func (t *Transport) Connect(id int, host string, port int, identity string) error {
+	t.peersMu.Lock()
+	closed := t.closed
+	t.peersMu.Unlock()
+	if closed {
+		return van.ErrClosed
+	}
 	sock, err := t.ctx.NewSocket(zmq.DEALER)
 	if err != nil {
 		return fmt.Errorf("van: create sender socket (raise the open-file limit?): %w", err)
@@ -572,7 +578,7 @@ func (t *Transport) send(ctx context.Context, wait bool, id int, frames [][]byte
 			// large shared frames not.
 			m.frames = append([][]byte(nil), frames...)
 			for i, f := range frames {
-				if len(f) < zeroCopyMin || message.IsLent(f) {
+				if i == 0 || len(f) < zeroCopyMin || message.IsLent(f) {
 					m.frames[i] = message.Clone(f)
 				}
 			}
@@ -683,7 +689,7 @@ func sendFrames(sock *zmq.Socket, h unsafe.Pointer, frames [][]byte, flags zmq.F
 		if i == len(frames)-1 {
 			flag = flags
 		}
-		n, err := sendFrame(sock, h, f, flag, shared)
+		n, err := sendFrame(sock, h, f, flag, shared && i > 0)
 		if err != nil {
 			if i == 0 && errors.Is(err, zmq.Errno(syscall.EAGAIN)) {
 				return 0, van.ErrWouldBlock
@@ -776,7 +782,7 @@ func (t *Transport) recvFlags(flags zmq.Flag, lend bool) ([]byte, [][]byte, *mes
 		var proc process
 		for {
 			if m, ok := t.inc.ready(); ok {
-				frames, mask, free, proc = m.frames, m.mask, m.release, m.proc
+				frames, mask, free = m.frames, m.mask, m.release
 				break
 			}
 			frames, mask, free, proc, err = t.reader.recv(flags, lend, t.opts.PoisonLent)

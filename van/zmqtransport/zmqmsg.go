@@ -125,7 +125,7 @@ func sendMsg(h unsafe.Pointer, frames [][]byte, flags zmq.Flag, shared bool) (in
 	var hint [maxMsgFrames]C.uintptr_t
 	for i, f := range frames {
 		data[i], size[i] = addr(f), C.size_t(len(f))
-		if shared && len(f) >= zeroCopyMin {
+		if shared && i > 0 && len(f) >= zeroCopyMin { // the first frame is the caller's again once Send returns
 			hint[i] = pin(f)
 		}
 	}

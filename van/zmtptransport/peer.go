@@ -192,7 +192,8 @@ func (p *peer) packLocked(frames [][]byte, size int) {
 // queueLargeLocked queues a large message: headers and small frames are
 // copied, large frames too unless shared (then they are written from the
 // caller's memory, held until written when it is memory lent to a
-// handler); qMu is held.
+// handler), and the first frame always (van.Transport: the caller may
+// reuse it once Send returns); qMu is held.
 func (p *peer) queueLargeLocked(frames [][]byte, shared bool) {
 	var cur []byte
 	for i, f := range frames {
@@ -205,7 +206,9 @@ func (p *peer) queueLargeLocked(frames [][]byte, shared bool) {
 			cur = append(cur, f...)
 			continue
 		}
-		if !shared {
+		if !shared || i == 0 {
+			// Not shared, or the first frame (the meta), which the
+			// caller may reuse once Send returns all the same.
 			f = message.Clone(f)
 		} else if drop, ok := message.HoldLent(f); ok {
 			// A view of lent memory (a handler answering with its
