@@ -791,8 +791,9 @@ func (t *Transport) publishLocked() { t.view.Publish(t.peers, t.closed) }
 // peer returns the sending side for id.
 func (t *Transport) peer(id int) (*peer, error) { return t.view.Get(id) }
 
-// Send implements van.Transport. Shared frames of 512 KiB or more are
-// written without a copy.
+// Send implements van.Transport. Shared frames of 512 KiB or more, but
+// the first (the meta, the caller's again once Send returns), are written
+// without a copy.
 func (t *Transport) Send(ctx context.Context, id int, frames [][]byte, shared bool) (int, error) {
 	p, err := t.peer(id)
 	if err != nil {
