@@ -3,6 +3,7 @@ package van
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -363,7 +364,11 @@ type memTransport struct {
 
 	mu    sync.Mutex // guards peers, gens, held, closed, killed, handler, events
 	peers map[int]memPeer
-	gens  int // the last memPeer.gen given
+	// atAddr indexes peers by address: every node's connection events
+	// look up the address that went up or down (a scan of every peer
+	// made a job's start and end cost its size cubed).
+	atAddr map[string]map[int]struct{}
+	gens   int // the last memPeer.gen given
 	// held holds what is sent to the peers held by Hold (see Batcher), in
 	// order, until Flush.
 	held      map[int][]batchedMsg
@@ -586,10 +591,8 @@ func (t *memTransport) queueEvent(id int, up bool) {
 func (t *memTransport) peerEvent(addr string, up bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for id, p := range t.peers {
-		if p.addr == addr {
-			t.queueEvent(id, up)
-		}
+	for _, id := range slices.Sorted(maps.Keys(t.atAddr[addr])) {
+		t.queueEvent(id, up)
 	}
 }
 
@@ -644,9 +647,17 @@ func (t *memTransport) Connect(id int, host string, port int, identity string) e
 	}
 	if old, ok := t.peers[id]; ok {
 		close(old.gone)
+		t.unindexLocked(id, old.addr)
 	}
 	t.gens++
 	t.peers[id] = memPeer{addr: addr, identity: ident, gen: t.gens, gone: make(chan struct{})}
+	if t.atAddr == nil {
+		t.atAddr = map[string]map[int]struct{}{}
+	}
+	if t.atAddr[addr] == nil {
+		t.atAddr[addr] = map[int]struct{}{}
+	}
+	t.atAddr[addr][id] = struct{}{}
 	if live {
 		t.queueEvent(id, true)
 	}
@@ -658,8 +669,17 @@ func (t *memTransport) Disconnect(id int) {
 	if p, ok := t.peers[id]; ok {
 		close(p.gone)
 		delete(t.peers, id)
+		t.unindexLocked(id, p.addr)
 	}
 	t.mu.Unlock()
+}
+
+// unindexLocked removes peer id at addr from atAddr; mu is held.
+func (t *memTransport) unindexLocked(id int, addr string) {
+	delete(t.atAddr[addr], id)
+	if len(t.atAddr[addr]) == 0 {
+		delete(t.atAddr, addr)
+	}
 }
 
 func (t *memTransport) Send(ctx context.Context, id int, frames [][]byte, _ bool) (int, error) {

@@ -279,7 +279,11 @@ type Core struct {
 	// A server's or worker's:
 	view  *replica.View
 	nodes []message.Node // the job's nodes, from the scheduler's list
-	mesh  bool           // servers are connected to each other
+	// nodeAt is the index of each id in nodes: the list comes whole to
+	// every node at each change, so a search per entry would cost every
+	// node the job's size squared.
+	nodeAt map[int32]int
+	mesh   bool // servers are connected to each other
 }
 
 // New returns the core of the node cfg describes.

@@ -452,12 +452,15 @@ func (c *Core) rememberNodes(nodes []message.Node) {
 		if n.ID == empty {
 			continue
 		}
-		i := slices.IndexFunc(c.nodes, func(m message.Node) bool { return m.ID == n.ID })
-		if i < 0 {
-			c.nodes = append(c.nodes, n)
-		} else {
+		if i, ok := c.nodeAt[n.ID]; ok {
 			c.nodes[i] = n
+			continue
 		}
+		if c.nodeAt == nil {
+			c.nodeAt = map[int32]int{}
+		}
+		c.nodeAt[n.ID] = len(c.nodes)
+		c.nodes = append(c.nodes, n)
 	}
 }
 
