@@ -326,21 +326,16 @@ func (fr *frameReader) readFrame(size int, pooled bool) ([]byte, error) {
 			return b, err
 		}
 	}
-	if size > growStep && fr.upfront != nil && fr.upfront.Add(-int64(size)) >= 0 {
-		defer fr.upfront.Add(int64(size))
+	if size <= growStep || fr.reserve(size) {
+		if size > growStep {
+			defer fr.upfront.Add(int64(size))
+		}
 		var b []byte
 		if pooled {
 			b = fr.pool.get(size)
 		} else {
 			b = make([]byte, size)
 		}
-		_, err := io.ReadFull(fr.r, b)
-		return b, err
-	} else if size > growStep && fr.upfront != nil {
-		fr.upfront.Add(int64(size))
-	}
-	if size <= growStep {
-		b := make([]byte, size)
 		_, err := io.ReadFull(fr.r, b)
 		return b, err
 	}
@@ -362,6 +357,18 @@ func (fr *frameReader) readFrame(size int, pooled bool) ([]byte, error) {
 		copy(nb, b[:n])
 		b = nb
 	}
+}
+
+// reserve takes size bytes from the upfront budget, if it has them.
+func (fr *frameReader) reserve(size int) bool {
+	if fr.upfront == nil {
+		return false
+	}
+	if fr.upfront.Add(-int64(size)) >= 0 {
+		return true
+	}
+	fr.upfront.Add(int64(size))
+	return false
 }
 
 // giveBack returns the pooled frames of a message that is not passed on.
