@@ -1,4 +1,4 @@
-package main
+package ctr
 
 import (
 	"bytes"
@@ -35,7 +35,7 @@ func randomData(r *rand.Rand, n, dim, k int, binaryValues bool) *Dataset {
 		if binaryValues {
 			val = nil
 		}
-		d.appendRow(float64(r.IntN(k)), idx, val)
+		d.appendRow(float64(r.IntN(k)), idx, val, nil)
 		d.Class = append(d.Class, int32(d.Label[i]))
 	}
 	return d

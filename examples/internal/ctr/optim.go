@@ -1,4 +1,4 @@
-package main
+package ctr
 
 import (
 	"fmt"
@@ -18,6 +18,9 @@ type Optimizer interface {
 	// (BSP), 1/workers when each worker's push is applied on its own (ASP,
 	// SSP). rate scales the learning rate (the -lr-decay schedule).
 	Update(p *Param, g, share, rate float64)
+	// Start returns the state of a key whose weight starts at w0 (not 0:
+	// a factor model's factors).
+	Start(w0 float64) Param
 	// String describes the optimiser and its settings.
 	String() string
 }
@@ -33,6 +36,9 @@ type SGD struct {
 func (o SGD) Update(p *Param, g, share, rate float64) {
 	p.W -= rate * o.LR * (g + share*o.L2*p.W)
 }
+
+// Start implements Optimizer.
+func (o SGD) Start(w0 float64) Param { return Param{W: w0} }
 
 // String implements Optimizer.
 func (o SGD) String() string { return fmt.Sprintf("sgd(lr=%g, l2=%g)", o.LR, o.L2) }
@@ -65,6 +71,17 @@ func (o FTRL) Update(p *Param, g, _, _ float64) {
 		s = -1
 	}
 	p.W = -(p.Z - s*o.L1) / ((o.Beta+math.Sqrt(p.N))/o.Alpha + o.L2)
+}
+
+// Start implements Optimizer: z is set so that the closed form gives w0
+// while n is 0 (when β/α + L2 is 0 no z does, and w0 is kept as it is
+// until the first update).
+func (o FTRL) Start(w0 float64) Param {
+	d := o.Beta/o.Alpha + o.L2
+	if w0 == 0 || d == 0 {
+		return Param{W: w0}
+	}
+	return Param{W: w0, Z: -w0*d - math.Copysign(o.L1, w0)}
 }
 
 // String implements Optimizer.

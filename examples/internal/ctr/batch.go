@@ -1,4 +1,4 @@
-package main
+package ctr
 
 import (
 	"math"
@@ -20,6 +20,8 @@ type Batch struct {
 	Start []int32
 	Pos   []int32
 	Val   []float32
+	// Field holds each entry's field (nil: the data has none).
+	Field []int32
 	Class []int32
 }
 
@@ -38,6 +40,9 @@ func NewBatch(d *Dataset, rows []int, mark []int32) *Batch {
 	if d.Val != nil {
 		b.Val = make([]float32, 0, nnz)
 	}
+	if d.Field != nil {
+		b.Field = make([]int32, 0, nnz)
+	}
 	for _, r := range rows {
 		idx, val := d.Row(r)
 		for _, f := range idx {
@@ -49,6 +54,9 @@ func NewBatch(d *Dataset, rows []int, mark []int32) *Batch {
 		b.Pos = append(b.Pos, idx...) // local indices for now
 		if d.Val != nil {
 			b.Val = append(b.Val, val...)
+		}
+		if d.Field != nil {
+			b.Field = append(b.Field, d.Field[d.Start[r]:d.Start[r+1]]...)
 		}
 		b.Start = append(b.Start, int32(len(b.Pos)))
 		b.Class = append(b.Class, d.Class[r])
@@ -267,13 +275,23 @@ const parallelWork = 1 << 15
 // the batch is large enough for that to pay; scratch keeps those buffers
 // between calls.
 func BatchGrad(b *Batch, l Weights, w, grad []float32, scratch *[][]float32) (float64, int) {
+	return splitGrad(b, len(b.Pos)*l.C, grad, scratch, func(lo, hi int, g []float32) (float64, int) {
+		return LossGrad(b, lo, hi, l, w, g)
+	})
+}
+
+// splitGrad runs lossGrad over rows of b (work: their entries × outputs)
+// with the gradient summed into grad, in one part per core, each into its
+// own buffer, when the batch is large enough for that to pay; scratch
+// keeps the buffers between calls.
+func splitGrad(b *Batch, work int, grad []float32, scratch *[][]float32,
+	lossGrad func(lo, hi int, grad []float32) (float64, int)) (float64, int) {
 	n := b.Len()
 	parts := min(runtime.GOMAXPROCS(0), n)
-	work := len(b.Pos) * l.C
 	// Summing a part's buffer costs about as much as len(grad) entries of
 	// work; split only when each part's share is well above that.
 	if parts < 2 || work < parallelWork || work/parts < 2*len(grad) {
-		return LossGrad(b, 0, n, l, w, grad)
+		return lossGrad(0, n, grad)
 	}
 	for len(*scratch) < parts-1 {
 		*scratch = append(*scratch, nil)
@@ -293,7 +311,7 @@ func BatchGrad(b *Batch, l Weights, w, grad []float32, scratch *[][]float32) (fl
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			losses[p], corrects[p] = LossGrad(b, lo, hi, l, w, g)
+			losses[p], corrects[p] = lossGrad(lo, hi, g)
 		}()
 	}
 	wg.Wait()
@@ -445,22 +463,32 @@ func Evaluate(b *Batch, lo, hi int, l Weights, w []float32, m *Metrics) {
 				z += float64(ws[p]) * float64(b.Val[int(s)+j])
 			}
 		}
-		y := b.Class[r] == 1
-		sign := -1.0
-		if y {
-			sign = 1
-		}
-		m.LossSum += softplus(-sign * z)
-		if (z > 0) == y {
-			m.Correct++
-		}
-		m.N++
-		m.add(z, y)
+		m.addBinary(z, b.Class[r] == 1)
 	}
+}
+
+// addBinary counts a binary example with margin z and class y: its loss,
+// whether it was predicted right, and its place in the histograms.
+func (m *Metrics) addBinary(z float64, y bool) {
+	sign := -1.0
+	if y {
+		sign = 1
+	}
+	m.LossSum += softplus(-sign * z)
+	if (z > 0) == y {
+		m.Correct++
+	}
+	m.N++
+	m.add(z, y)
 }
 
 // EvaluateAll is Evaluate over the whole batch, split over the cores.
 func EvaluateAll(b *Batch, l Weights, w []float32, binary bool) *Metrics {
+	return evaluateAll(b, binary, func(lo, hi int, m *Metrics) { Evaluate(b, lo, hi, l, w, m) })
+}
+
+// evaluateAll runs eval over the rows of b, split over the cores.
+func evaluateAll(b *Batch, binary bool, eval func(lo, hi int, m *Metrics)) *Metrics {
 	n := b.Len()
 	parts := max(1, min(runtime.GOMAXPROCS(0), n/1024))
 	ms := make([]*Metrics, parts)
@@ -470,7 +498,7 @@ func EvaluateAll(b *Batch, l Weights, w []float32, binary bool) *Metrics {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			Evaluate(b, p*n/parts, (p+1)*n/parts, l, w, ms[p])
+			eval(p*n/parts, (p+1)*n/parts, ms[p])
 		}()
 	}
 	wg.Wait()

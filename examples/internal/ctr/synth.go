@@ -1,4 +1,4 @@
-package main
+package ctr
 
 import (
 	"bufio"
@@ -24,6 +24,10 @@ type SynthConfig struct {
 	ZipfV          float64 // popularity offset v >= 1
 	Scale          float64 // standard deviation of the true weights
 	Seed           uint64
+	// Fields, when positive, makes CTR-like libffm data instead: see
+	// synthesizeFields. TrueFactors is the hidden FM's factor size.
+	Fields      int
+	TrueFactors int
 }
 
 // DefaultSynth is the data set of examples/lr/experiments.sh's "sparse"
@@ -49,6 +53,10 @@ func (c SynthConfig) Check() error {
 		return fmt.Errorf("synth: the popularity needs s > 1 and v >= 1")
 	case !positive(c.Scale):
 		return fmt.Errorf("synth: the weight scale must be positive")
+	case c.Fields < 0 || c.Fields > maxFields || (c.Fields > 0 && c.IDs < c.Fields):
+		return fmt.Errorf("synth: -fields must be in 0..%d and at most -ids", maxFields)
+	case c.Fields > 0 && (c.TrueFactors < 1 || c.TrueFactors > maxFactors):
+		return fmt.Errorf("synth: -true-factors must be in 1..%d", maxFactors)
 	}
 	return nil
 }
@@ -72,6 +80,9 @@ func Synthesize(c SynthConfig, train, test io.Writer) (SynthStats, error) {
 	var st SynthStats
 	if err := c.Check(); err != nil {
 		return st, err
+	}
+	if c.Fields > 0 {
+		return synthesizeFields(c, train, test)
 	}
 	r := rand.New(rand.NewPCG(c.Seed, 0x5eed5eed))
 	// rank -> id: the popular ids are spread over the id range (and so over
@@ -149,6 +160,123 @@ func Synthesize(c SynthConfig, train, test io.Writer) (SynthStats, error) {
 	}
 	st.Positive = float64(pos) / float64(written)
 	return st, nil
+}
+
+// synthesizeFields writes CTR-like libffm data ("label field:id:1 ...",
+// labels 1 and 0): each example has one value in each of c.Fields fields,
+// drawn by popularity (a Zipf law per field over its c.IDs/c.Fields ids,
+// field f's ids after field f-1's), and is positive with probability
+// σ(m) for a hidden factorization machine
+//
+//	m = b + Σ_i w_i + Σ_{i<j} <v_i, v_j>
+//
+// over its values: a random c.Informative of the ids have a weight w_i
+// from N(0, (c.Scale/2)²), every id has a factor vector v_i of
+// c.TrueFactors values from N(0, σ²), σ chosen so that the pairwise part's
+// standard deviation is about 2 (interactions carry more than the linear
+// part), and b centres the positive rate near 25%. The weights and factors
+// are functions of the id and seed, not stored: 10^7 ids cost nothing. The
+// same c gives the same bytes.
+func synthesizeFields(c SynthConfig, train, test io.Writer) (SynthStats, error) {
+	var st SynthStats
+	r := rand.New(rand.NewPCG(c.Seed, 0xf1e1d5))
+	F, K := c.Fields, c.TrueFactors
+	per := c.IDs / F
+	pairs := float64(F*(F-1)) / 2
+	sigma := math.Pow(4/(math.Max(pairs, 1)*float64(K)), 0.25)
+	seed := c.Seed * 0x9e3779b97f4a7c15
+	weight := func(id uint64) float64 {
+		h := splitmix(id ^ seed ^ 0x77)
+		if float64(h>>11)/(1<<53) >= c.Informative {
+			return 0
+		}
+		return initFactor(id, seed^0x55, c.Scale/2)
+	}
+	// A bijection of 0..per-1 spreads each field's popular ids over its
+	// range: rank r has id offset (r·mult) mod per.
+	mult := uint64(2654435761) % uint64(per)
+	for mult == 0 || gcd(mult, uint64(per)) != 1 {
+		mult++
+	}
+	zipfs := make([]*rand.Zipf, F)
+	for f := range zipfs {
+		zipfs[f] = rand.NewZipf(r, c.Zipf, c.ZipfV, uint64(per-1))
+	}
+	ids := make([]uint64, F)
+	sum := make([]float64, K)
+	var buf []byte
+	var pos int
+	var llSum float64
+	var correct int
+	const bias = -1.5
+	write := func(w *bufio.Writer, n int, scored bool) error {
+		for i := 0; i < n; i++ {
+			m := bias
+			clear(sum)
+			sq := 0.0
+			for f := range ids {
+				id := uint64(f*per) + 1 + zipfs[f].Uint64()*mult%uint64(per)
+				ids[f] = id
+				m += weight(id)
+				for j := 0; j < K; j++ {
+					v := initFactor(id*uint64(K)+uint64(j), seed, sigma)
+					sum[j] += v
+					sq += v * v
+				}
+			}
+			for _, s := range sum {
+				m += s * s / 2
+			}
+			m -= sq / 2
+			y := 0
+			if r.Float64() < sigmoid(m) {
+				y = 1
+				pos++
+			}
+			if scored {
+				if (m > 0) == (y == 1) {
+					correct++
+				}
+				llSum += softplus(-float64(2*y-1) * m)
+			}
+			st.NNZ += F
+			buf = strconv.AppendInt(buf[:0], int64(y), 10)
+			for f, id := range ids {
+				buf = append(buf, ' ')
+				buf = strconv.AppendInt(buf, int64(f), 10)
+				buf = append(buf, ':')
+				buf = strconv.AppendUint(buf, id, 10)
+				buf = append(buf, ":1"...)
+			}
+			buf = append(buf, '\n')
+			if _, err := w.Write(buf); err != nil {
+				return err
+			}
+		}
+		return w.Flush()
+	}
+	if err := write(bufio.NewWriterSize(train, 1<<20), c.Rows, false); err != nil {
+		return st, err
+	}
+	written := c.Rows
+	if test != nil && c.TestRows > 0 {
+		if err := write(bufio.NewWriterSize(test, 1<<20), c.TestRows, true); err != nil {
+			return st, err
+		}
+		st.BayesTestAcc = float64(correct) / float64(c.TestRows)
+		st.BayesTestLL = llSum / float64(c.TestRows)
+		written += c.TestRows
+	}
+	st.Positive = float64(pos) / float64(written)
+	return st, nil
+}
+
+// gcd returns the greatest common divisor of a and b.
+func gcd(a, b uint64) uint64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 // synth is -mode=synth: it writes the training set to -out and the test

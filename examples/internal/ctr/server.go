@@ -1,4 +1,4 @@
-package main
+package ctr
 
 import (
 	"errors"
@@ -198,6 +198,10 @@ type Store struct {
 	held      []held
 	st        ServerStats
 	errs      []error
+	// initStd and initSeed, when initStd > 0, start every key at
+	// initFactor(key, initSeed, initStd) (a factor model's factors).
+	initStd  float64
+	initSeed uint64
 }
 
 var (
@@ -216,6 +220,17 @@ func NewStore(opt Optimizer, mode SyncMode, staleness, workers int) *Store {
 		parts:     make(map[int]*partState),
 		stats:     make(map[int]map[uint64]float32),
 	}
+}
+
+// SetInit has the store start every key at a normal draw of standard
+// deviation std that depends on the key and seed alone (initFactor), as a
+// factor model's factors must start: at zero their gradients would stay
+// zero. Keys never pushed are not stored: a pull answers their start.
+// Call it before the store serves.
+func (s *Store) SetInit(std float64, seed uint64) {
+	s.mu.Lock()
+	s.initStd, s.initSeed = std, seed
+	s.mu.Unlock()
 }
 
 // errNoLayout refuses model keys before the workers sent the key layout,
@@ -754,7 +769,10 @@ func (s *Store) addToStep(b *stepBuf, k uint64, g float64) {
 
 // entry returns key k's entry, creating it on first touch.
 func (s *Store) entry(k uint64) *entry {
-	e, _ := s.params.get(k)
+	e, created := s.params.get(k)
+	if created && s.initStd > 0 {
+		e.p = s.opt.Start(initFactor(k, s.initSeed, s.initStd))
+	}
 	return e
 }
 
@@ -807,6 +825,8 @@ func (s *Store) values(keys []uint64) kv.KVPairs[float32] {
 		}
 		if e := s.params.find(k); e != nil {
 			res.Vals[i] = float32(e.p.W)
+		} else if s.initStd > 0 {
+			res.Vals[i] = float32(initFactor(k, s.initSeed, s.initStd))
 		}
 	}
 	return res

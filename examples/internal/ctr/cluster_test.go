@@ -1,4 +1,4 @@
-package main
+package ctr
 
 // End-to-end tests: build the lr program, run real jobs (1 scheduler, 2
 // servers, 2 workers over ZeroMQ) through scripts/local.sh on the data
@@ -49,7 +49,7 @@ func lrBinary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(binDir, "lr")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", binPath, "../../lr").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
@@ -79,7 +79,7 @@ func job(t *testing.T, servers, workers int, args ...string) string {
 func jobEnv(t *testing.T, env []string, servers, workers int, args ...string) string {
 	t.Helper()
 	cmdArgs := append([]string{fmt.Sprint(servers), fmt.Sprint(workers), lrBinary(t)}, args...)
-	cmd := exec.Command(filepath.Join("..", "..", "scripts", "local.sh"), cmdArgs...)
+	cmd := exec.Command(filepath.Join("..", "..", "..", "scripts", "local.sh"), cmdArgs...)
 	cmd.Env = append(append(os.Environ(), "PS_LOCAL_TIMEOUT=90", "PS_START_TIMEOUT=30"), env...)
 	var buf bytes.Buffer
 	cmd.Stdout = &buf
@@ -94,7 +94,7 @@ func jobEnv(t *testing.T, env []string, servers, workers int, args ...string) st
 func jobErr(t *testing.T, servers, workers int, args ...string) string {
 	t.Helper()
 	cmdArgs := append([]string{fmt.Sprint(servers), fmt.Sprint(workers), lrBinary(t)}, args...)
-	cmd := exec.Command(filepath.Join("..", "..", "scripts", "local.sh"), cmdArgs...)
+	cmd := exec.Command(filepath.Join("..", "..", "..", "scripts", "local.sh"), cmdArgs...)
 	cmd.Env = append(os.Environ(), "PS_LOCAL_TIMEOUT=60", "PS_START_TIMEOUT=30")
 	out, err := cmd.CombinedOutput()
 	if err == nil {
@@ -336,7 +336,7 @@ func TestBadInputs(t *testing.T) {
 	}))
 	model := filepath.Join(dir, "huge.model")
 	cmdArgs := []string{"2", "2", lrBinary(t), "-train=" + huge, "-epochs=2", "-batch=4", "-model=" + model}
-	cmd := exec.Command(filepath.Join("..", "..", "scripts", "local.sh"), cmdArgs...)
+	cmd := exec.Command(filepath.Join("..", "..", "..", "scripts", "local.sh"), cmdArgs...)
 	cmd.Env = append(os.Environ(), "PS_LOCAL_TIMEOUT=60")
 	b, err := cmd.CombinedOutput()
 	if err != nil {

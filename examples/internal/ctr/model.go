@@ -1,4 +1,4 @@
-package main
+package ctr
 
 import (
 	"bufio"
@@ -34,6 +34,15 @@ type Model struct {
 	IDs      []uint64
 	W        []float32
 	Z, N     []float64
+
+	// Factor models (programs fm and mvm): Factors describes them (nil for
+	// logistic regression) and V[i*K:(i+1)*K] are the factors of IDs[i]. A
+	// feature the model lacks has weight 0 and the factors every key
+	// starts with, initFactor(id·K+f, InitSeed, InitStd).
+	Factors  *Factors
+	V        []float32
+	InitStd  float64
+	InitSeed uint64
 
 	lookup func(id uint64) int // position in IDs, or -1; built on first use
 }
@@ -129,16 +138,23 @@ func (m *Model) Write(w io.Writer) error {
 	if m.Z != nil {
 		state = "ftrl"
 	}
-	keep := func(i int) bool { return m.W[i] != 0 || (m.Z != nil && (m.Z[i] != 0 || m.N[i] != 0)) }
+	keep := func(i int) bool {
+		return m.W[i] != 0 || (m.Z != nil && (m.Z[i] != 0 || m.N[i] != 0)) || m.Factors != nil
+	}
 	nnz := 0
 	for i := range m.W {
 		if keep(i) {
 			nnz++
 		}
 	}
-	fmt.Fprintf(bw, "%s\nloss %s\nlabels %s\noutputs %d\nfeatures %d\nbias %s\nhash-bits %d\nstate %s\nweights %d\n",
+	fmt.Fprintf(bw, "%s\nloss %s\nlabels %s\noutputs %d\nfeatures %d\nbias %s\nhash-bits %d\nstate %s\n",
 		modelFormat, loss, strings.Join(labels, " "), C, m.MaxID()+1,
-		strconv.FormatFloat(float64(m.Bias), 'g', -1, 32), m.HashBits, state, nnz)
+		strconv.FormatFloat(float64(m.Bias), 'g', -1, 32), m.HashBits, state)
+	if fc := m.Factors; fc != nil {
+		fmt.Fprintf(bw, "model %s\nfactors %d\nviews %d\ninit %s %d\n", fc.Kind, fc.K, fc.Views,
+			strconv.FormatFloat(m.InitStd, 'g', -1, 64), m.InitSeed)
+	}
+	fmt.Fprintf(bw, "weights %d\n", nnz)
 	var buf []byte
 	for i := range m.W {
 		if !keep(i) {
@@ -159,6 +175,20 @@ func (m *Model) Write(w io.Writer) error {
 		buf = append(buf, '\n')
 		if _, err := bw.Write(buf); err != nil {
 			return err
+		}
+	}
+	if fc := m.Factors; fc != nil {
+		for i, v := range m.V {
+			buf = append(buf[:0], "v "...)
+			buf = strconv.AppendUint(buf, m.IDs[i/fc.K], 10)
+			buf = append(buf, ' ')
+			buf = strconv.AppendInt(buf, int64(i%fc.K), 10)
+			buf = append(buf, ' ')
+			buf = strconv.AppendFloat(buf, float64(v), 'g', -1, 32)
+			buf = append(buf, '\n')
+			if _, err := bw.Write(buf); err != nil {
+				return err
+			}
 		}
 	}
 	return bw.Flush()
@@ -190,10 +220,37 @@ func ReadModel(r io.Reader) (*Model, error) {
 		lineNo int
 	}
 	var ws []wline
+	var fc *Factors
+	type vline struct {
+		id     uint64
+		f      int
+		v      float32
+		lineNo int
+	}
+	var vs []vline
 	for sc.Scan() {
 		line++
 		f := strings.Fields(sc.Text())
 		if len(f) == 0 {
+			continue
+		}
+		if f[0] == "v" {
+			if header || fc == nil {
+				return fail("factors in a model without them, or before its weights")
+			}
+			if len(f) != 4 {
+				return fail("want: v FEATURE FACTOR VALUE")
+			}
+			id, err1 := strconv.ParseUint(f[1], 10, 64)
+			j, err2 := strconv.Atoi(f[2])
+			v, err3 := strconv.ParseFloat(f[3], 32)
+			if err1 != nil || err2 != nil || err3 != nil || j < 0 || j >= fc.K || math.IsNaN(v) || math.IsInf(v, 0) {
+				return fail("bad factor %q", sc.Text())
+			}
+			if (m.HashBits == 0 && id > maxFeatureID) || (m.HashBits > 0 && id >= 1<<m.HashBits) {
+				return fail("feature id %d out of range", id)
+			}
+			vs = append(vs, vline{id: id, f: j, v: float32(v), lineNo: line})
 			continue
 		}
 		if f[0] == "w" {
@@ -275,10 +332,41 @@ func ReadModel(r io.Reader) (*Model, error) {
 			if state != "none" && state != "ftrl" {
 				return fail("unknown state %q", state)
 			}
+		case "model":
+			if f[1] != kindFM && f[1] != kindMVM {
+				return fail("unknown model %q", f[1])
+			}
+			fc = &Factors{Kind: f[1]}
+			m.Factors = fc
+		case "factors", "views", "init":
+			if fc == nil {
+				return fail("%s before the model line", f[0])
+			}
+			switch f[0] {
+			case "factors":
+				fc.K, err = strconv.Atoi(f[1])
+				if err == nil && (fc.K < 1 || fc.K > maxFactors) {
+					return fail("factors %d out of range", fc.K)
+				}
+			case "views":
+				fc.Views, err = strconv.Atoi(f[1])
+				if err == nil && (fc.Views < 0 || fc.Views > maxFields || fc.K == 0) {
+					return fail("views %d out of range (or before factors)", fc.Views)
+				}
+			case "init":
+				if len(f) != 3 {
+					return fail("want: init STD SEED")
+				}
+				m.InitStd, err = strconv.ParseFloat(f[1], 64)
+				if err == nil {
+					m.InitSeed, err = strconv.ParseUint(f[2], 10, 64)
+				}
+			}
 		case "weights":
 			weights, err = strconv.Atoi(f[1])
 			if err == nil {
-				if !haveLoss || len(m.Labels.Values) < 2 || outputs != m.Labels.Outputs() || weights < 0 {
+				if !haveLoss || len(m.Labels.Values) < 2 || outputs != m.Labels.Outputs() || weights < 0 ||
+					(fc != nil && (fc.K == 0 || outputs != 1 || (fc.Kind == kindMVM && fc.Views == 0))) {
 					return fail("incomplete or inconsistent header")
 				}
 				header = false
@@ -298,6 +386,20 @@ func ReadModel(r io.Reader) (*Model, error) {
 	}
 	if seen != weights {
 		return fail("%d weights but the header says %d", seen, weights)
+	}
+	if fc != nil {
+		// Every feature with factors is one of the model's: those without
+		// a weight line have weight 0.
+		have := make(map[uint64]bool, len(ws))
+		for _, wl := range ws {
+			have[wl.id] = true
+		}
+		for _, vl := range vs {
+			if !have[vl.id] {
+				have[vl.id] = true
+				ws = append(ws, wline{id: vl.id, lineNo: vl.lineNo})
+			}
+		}
 	}
 	slices.SortStableFunc(ws, func(a, b wline) int {
 		switch {
@@ -331,6 +433,23 @@ func ReadModel(r io.Reader) (*Model, error) {
 	}
 	if state == "ftrl" && m.Z == nil {
 		m.Z, m.N = []float64{}, []float64{}
+	}
+	if fc != nil {
+		m.V = make([]float32, len(m.IDs)*fc.K)
+		set := make([]bool, len(m.V))
+		for _, vl := range vs {
+			p := m.pos(vl.id)*fc.K + vl.f
+			if set[p] {
+				line = vl.lineNo
+				return fail("a second factor %d for feature %d", vl.f, vl.id)
+			}
+			m.V[p], set[p] = vl.v, true
+		}
+		for p, ok := range set {
+			if !ok {
+				m.V[p] = float32(initFactor(m.IDs[p/fc.K]*uint64(fc.K)+uint64(p%fc.K), m.InitSeed, m.InitStd))
+			}
+		}
 	}
 	return m, nil
 }
@@ -373,7 +492,8 @@ func ScoreFile(m *Model, path string, limit int, pred io.Writer) (*Metrics, erro
 	var buf []byte
 	rows := 0
 	vocab := NewVocab()
-	score := func(label float64, idx []int32, val []float32) error {
+	var fs factorRow
+	score := func(label float64, idx []int32, val []float32, fld []int32) error {
 		rows++
 		y := m.Labels.classOf(label)
 		if y < 0 {
@@ -383,7 +503,14 @@ func ScoreFile(m *Model, path string, limit int, pred io.Writer) (*Metrics, erro
 		for _, f := range idx {
 			ids = append(ids, vocab.IDs[f])
 		}
-		m.margins(ids, val, z)
+		if m.Factors != nil {
+			var err error
+			if z[0], err = fs.margin(m, ids, val, fld); err != nil {
+				return err
+			}
+		} else {
+			m.margins(ids, val, z)
+		}
 		if C == 1 {
 			pos := y == 1
 			sign := -1.0
@@ -452,7 +579,7 @@ func ScoreFile(m *Model, path string, limit int, pred io.Writer) (*Metrics, erro
 // StreamData calls row for every example of the data at path (LIBSVM or
 // IDX, as LoadData reads), in order, without keeping them; idx are local
 // indices of o.Vocab.
-func StreamData(path string, o ReadOptions, row func(label float64, idx []int32, val []float32) error) error {
+func StreamData(path string, o ReadOptions, row func(label float64, idx []int32, val []float32, fld []int32) error) error {
 	if o.Vocab == nil {
 		o.Vocab = NewVocab()
 	}
@@ -477,7 +604,7 @@ func StreamData(path string, o ReadOptions, row func(label float64, idx []int32,
 			}
 			for i := 0; i < d.Len(); i++ {
 				idx, val := d.Row(i)
-				if err := row(d.Label[i], idx, val); err != nil {
+				if err := row(d.Label[i], idx, val, nil); err != nil {
 					return fmt.Errorf("%s: example %d: %w", path, i+1, err)
 				}
 			}
@@ -493,4 +620,62 @@ func StreamData(path string, o ReadOptions, row func(label float64, idx []int32,
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	return err
+}
+
+// factorRow scores single rows with a factor model's Model, through the
+// same code as training (Factors.margin over a batch of one row).
+type factorRow struct {
+	b    Batch
+	w, v []float32
+	sc   *fmScratch
+}
+
+// margin returns the margin of the row with feature ids, values (nil: all
+// 1) and fields (nil: none) under m, whose Factors is not nil.
+func (r *factorRow) margin(m *Model, ids []uint64, val []float32, fld []int32) (float64, error) {
+	fc := *m.Factors
+	K := fc.K
+	if fc.Kind == kindMVM {
+		if fld == nil {
+			return 0, fmt.Errorf("a multi-view model scores libffm data (field:feature:value): this row has no fields")
+		}
+		for _, f := range fld {
+			if int(f) >= fc.Views {
+				return 0, fmt.Errorf("field %d, but the model has views 0..%d", f, fc.Views-1)
+			}
+		}
+	}
+	if r.sc == nil {
+		r.sc = fc.newScratch()
+	}
+	n := len(ids)
+	b := &r.b
+	b.Feats, b.Pos = b.Feats[:0], b.Pos[:0]
+	for i := 0; i < n; i++ {
+		b.Feats = append(b.Feats, int32(i))
+		b.Pos = append(b.Pos, int32(i))
+	}
+	b.Start = append(b.Start[:0], 0, int32(n))
+	b.Val, b.Field = val, fld
+	l := Weights{C: 1, Bias: m.Bias}
+	r.w, r.v = r.w[:0], r.v[:0]
+	if m.Bias != 0 {
+		var wb float32
+		if p := m.pos(0); p >= 0 {
+			wb = m.W[p]
+		}
+		r.w = append(r.w, wb)
+	}
+	for _, id := range ids {
+		if p := m.pos(id); p >= 0 {
+			r.w = append(r.w, m.W[p])
+			r.v = append(r.v, m.V[p*K:p*K+K]...)
+			continue
+		}
+		r.w = append(r.w, 0)
+		for f := 0; f < K; f++ {
+			r.v = append(r.v, float32(initFactor(id*uint64(K)+uint64(f), m.InitSeed, m.InitStd)))
+		}
+	}
+	return fc.margin(b, 0, l, r.w, r.v, r.sc), nil
 }

@@ -1,4 +1,4 @@
-package main
+package ctr
 
 import (
 	"fmt"
@@ -53,6 +53,48 @@ type trainer struct {
 	step       int // training steps done, over all folds
 	round      int // statistics rounds used (the census is round 0)
 	scratch    [][]float32
+
+	// A factor model's (fac not nil): the worker of its factors (app 1)
+	// and their keys per fold.
+	fac      *Factors
+	kvv      *kv.KVWorker[float32]
+	vNumKeys uint64
+}
+
+// apps returns the KV workers of the model's apps: the weights', then a
+// factor model's factors'.
+func (t *trainer) apps() []*kv.KVWorker[float32] {
+	if t.kvv != nil {
+		return []*kv.KVWorker[float32]{t.kvw, t.kvv}
+	}
+	return []*kv.KVWorker[float32]{t.kvw}
+}
+
+// control pushes a command to every server's control key on every app,
+// vals(app) the values, and waits for all.
+func (t *trainer) control(kind, step int, vals func(app int) []float32) error {
+	var ts []int
+	for app, w := range t.apps() {
+		id, err := w.ZPush(t.ctrlKeys(), vals(app), nil, kv.WithCmd(command(kind, step)))
+		if err != nil {
+			return err
+		}
+		ts = append(ts, id)
+	}
+	for app, w := range t.apps() {
+		if err := w.Wait(ts[app]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// same returns vals for every app, for control.
+func same(vals []float32) func(int) []float32 { return func(int) []float32 { return vals } }
+
+// appendVKeys appends the factor keys of feats for fold.
+func (t *trainer) appendVKeys(keys []uint64, feats []int32, fold int) []uint64 {
+	return t.fac.vLayout().appendKeys(keys, feats, t.vocab.IDs, uint64(fold)*t.vNumKeys)
 }
 
 // binary reports whether the model is binary logistic regression.
@@ -125,6 +167,8 @@ type evalSet struct {
 	batch *Batch
 	keys  []uint64
 	w     []float32
+	vkeys []uint64 // a factor model's
+	v     []float32
 }
 
 // newEvalSet prepares d (nil or empty: an empty set) for fold's model.
@@ -135,6 +179,9 @@ func (t *trainer) newEvalSet(d *Dataset, fold int) *evalSet {
 	}
 	e.batch = NewBatch(d, seq(0, d.Len()), newMark(t.vocab.Len()))
 	e.keys = t.layout.appendKeys(nil, e.batch.Feats, t.vocab.IDs, uint64(fold)*t.numKeys)
+	if t.fac != nil {
+		e.vkeys = t.appendVKeys(nil, e.batch.Feats, fold)
+	}
 	return e
 }
 
@@ -143,11 +190,33 @@ func (t *trainer) score(e *evalSet) (*Metrics, error) {
 	if e.batch.Len() == 0 {
 		return newMetrics(t.binary()), nil
 	}
-	var err error
-	if e.w, err = t.pull(e.keys, e.w, kindFinal, 0); err != nil {
+	if t.fac == nil {
+		var err error
+		if e.w, err = t.pull(e.keys, e.w, kindFinal, 0); err != nil {
+			return nil, err
+		}
+		return EvaluateAll(e.batch, t.layout, e.w, t.binary()), nil
+	}
+	e.w = slices.Grow(e.w[:0], len(e.keys))[:len(e.keys)]
+	e.v = slices.Grow(e.v[:0], len(e.vkeys))[:len(e.vkeys)]
+	tw, err := t.kvw.ZPull(e.keys, &e.w, nil, kv.WithCmd(command(kindFinal, 0)))
+	if err != nil {
 		return nil, err
 	}
-	return EvaluateAll(e.batch, t.layout, e.w, t.binary()), nil
+	tv, err := t.kvv.ZPull(e.vkeys, &e.v, nil, kv.WithCmd(command(kindFinal, 0)))
+	if err != nil {
+		return nil, err
+	}
+	if err := t.kvw.Wait(tw); err != nil {
+		return nil, err
+	}
+	if err := t.kvv.Wait(tv); err != nil {
+		return nil, err
+	}
+	fc := *t.fac
+	return evaluateAll(e.batch, true, func(lo, hi int, m *Metrics) {
+		fc.Evaluate(e.batch, lo, hi, t.layout, e.w, e.v, m)
+	}), nil
 }
 
 // encodeMetrics appends m: N, Correct and LossSum exactly (two float32s
@@ -184,6 +253,28 @@ type slot struct {
 	pullTS  int
 	pushTS  int
 	pushing bool
+	// A factor model's factors: keys, pulled values, requests.
+	vkeys   []uint64
+	v       []float32
+	vPullTS int
+	vPushTS int
+}
+
+// waitPush waits for the slot's pushes in flight.
+func (t *trainer) waitPush(sl *slot) error {
+	if !sl.pushing {
+		return nil
+	}
+	sl.pushing = false
+	if err := t.kvw.Wait(sl.pushTS); err != nil {
+		return fmt.Errorf("step %d: push: %w", sl.step, err)
+	}
+	if t.fac != nil {
+		if err := t.kvv.Wait(sl.vPushTS); err != nil {
+			return fmt.Errorf("step %d: push of the factors: %w", sl.step, err)
+		}
+	}
+	return nil
 }
 
 // foldPlan is what a fold trains on.
@@ -237,11 +328,8 @@ func (t *trainer) trainFold(p foldPlan) ([]EpochResult, error) {
 		// issue sends the pull of step s (0-based in the epoch).
 		issue := func(s int) error {
 			sl := &ring[s%len(ring)]
-			if sl.pushing {
-				if err := t.kvw.Wait(sl.pushTS); err != nil {
-					return fmt.Errorf("step %d: push: %w", sl.step, err)
-				}
-				sl.pushing = false
+			if err := t.waitPush(sl); err != nil {
+				return err
 			}
 			sl.batch = batches[order[s%len(order)]]
 			sl.step = first + s
@@ -252,6 +340,13 @@ func (t *trainer) trainFold(p foldPlan) ([]EpochResult, error) {
 				return fmt.Errorf("step %d: pull: %w", sl.step, err)
 			}
 			sl.pullTS = ts
+			if t.fac != nil {
+				sl.vkeys = t.appendVKeys(sl.vkeys[:0], sl.batch.Feats, p.fold)
+				sl.v = slices.Grow(sl.v[:0], len(sl.vkeys))[:len(sl.vkeys)]
+				if sl.vPullTS, err = t.kvv.ZPull(sl.vkeys, &sl.v, nil, kv.WithCmd(command(kindTrain, sl.step))); err != nil {
+					return fmt.Errorf("step %d: pull of the factors: %w", sl.step, err)
+				}
+			}
 			return nil
 		}
 		next := 0
@@ -265,10 +360,30 @@ func (t *trainer) trainFold(p foldPlan) ([]EpochResult, error) {
 			if err := t.kvw.Wait(sl.pullTS); err != nil {
 				return nil, fmt.Errorf("step %d: pull: %w", sl.step, err)
 			}
-			nk := len(sl.keys)
-			sl.grad = slices.Grow(sl.grad[:0], nk+t.servers)[:nk]
+			// The gradient buffer: the weights' gradient, room for a
+			// learning-rate value per server, then (a factor model) the
+			// factors' and their rates, so that each push sends a part of
+			// it as it is.
+			S := t.servers
+			nk, nv := len(sl.keys), 0
+			if t.fac != nil {
+				if err := t.kvv.Wait(sl.vPullTS); err != nil {
+					return nil, fmt.Errorf("step %d: pull of the factors: %w", sl.step, err)
+				}
+				nv = len(sl.vkeys) + S
+			}
+			sl.grad = slices.Grow(sl.grad[:0], nk+S+nv)[:nk+S+nv]
 			clear(sl.grad)
-			l, c := BatchGrad(sl.batch, t.layout, sl.w, sl.grad, &t.scratch)
+			var l float64
+			var c int
+			if t.fac == nil {
+				l, c = BatchGrad(sl.batch, t.layout, sl.w, sl.grad[:nk], &t.scratch)
+			} else {
+				fc, b, w, v := *t.fac, sl.batch, sl.w, sl.v
+				l, c = splitGrad(b, len(b.Pos)*fc.K, sl.grad, &t.scratch, func(lo, hi int, g []float32) (float64, int) {
+					return fc.LossGrad(b, lo, hi, t.layout, w, v, g[:nk], g[nk+S:nk+S+len(v)])
+				})
+			}
 			lossSum += l
 			correct += c
 			n += sl.batch.Len()
@@ -277,15 +392,24 @@ func (t *trainer) trainFold(p foldPlan) ([]EpochResult, error) {
 			}
 			// The learning-rate scale, for every server (see ctrlBase).
 			rate := float32(1 / (1 + cfg.LRDecay*(float64(epoch)+float64(s)/float64(steps))))
-			for sv := 0; sv < t.servers; sv++ {
+			for sv := 0; sv < S; sv++ {
 				sl.keys = append(sl.keys, ctrlBase+uint64(sv))
-				sl.grad = append(sl.grad, rate)
+				sl.grad[nk+sv] = rate
+				if t.fac != nil {
+					sl.vkeys = append(sl.vkeys, ctrlBase+uint64(sv))
+					sl.grad[nk+S+nv-S+sv] = rate
+				}
 			}
-			ts, err := t.kvw.ZPush(sl.keys, sl.grad, nil, kv.WithCmd(command(kindTrain, sl.step)))
+			ts, err := t.kvw.ZPush(sl.keys, sl.grad[:nk+S], nil, kv.WithCmd(command(kindTrain, sl.step)))
 			if err != nil {
 				return nil, fmt.Errorf("step %d: push: %w", sl.step, err)
 			}
 			sl.pushTS, sl.pushing = ts, true
+			if t.fac != nil {
+				if sl.vPushTS, err = t.kvv.ZPush(sl.vkeys, sl.grad[nk+S:], nil, kv.WithCmd(command(kindTrain, sl.step))); err != nil {
+					return nil, fmt.Errorf("step %d: push of the factors: %w", sl.step, err)
+				}
+			}
 			if next < steps {
 				if err := issue(next); err != nil {
 					return nil, err
@@ -294,11 +418,8 @@ func (t *trainer) trainFold(p foldPlan) ([]EpochResult, error) {
 			}
 		}
 		for i := range ring {
-			if sl := &ring[i]; sl.pushing {
-				if err := t.kvw.Wait(sl.pushTS); err != nil {
-					return nil, fmt.Errorf("step %d: push: %w", sl.step, err)
-				}
-				sl.pushing = false
+			if err := t.waitPush(&ring[i]); err != nil {
+				return nil, err
 			}
 		}
 		t.step += steps
@@ -379,7 +500,7 @@ func (t *trainer) trainFold(p foldPlan) ([]EpochResult, error) {
 				bestLoss, bestEpoch = mv.Loss(), epoch
 				// Save before this worker's next push; the first worker to
 				// ask saves, before any worker pushed the next epoch.
-				if err := t.push(t.ctrlKeys(), make([]float32, t.servers), kindSnapshot, t.round); err != nil {
+				if err := t.control(kindSnapshot, t.round, same(make([]float32, t.servers))); err != nil {
 					return nil, fmt.Errorf("epoch %d: save the model: %w", epoch+1, err)
 				}
 			} else if epoch-bestEpoch >= cfg.EarlyStop && epoch < cfg.Epochs-1 {
@@ -439,14 +560,8 @@ func (t *trainer) printEpoch(r EpochResult) {
 // dumpModel fetches fold 0's whole model from the servers, with the
 // optimiser state when withState.
 func (t *trainer) dumpModel(withState bool) (*Model, error) {
-	keys := t.ctrlKeys()
-	var vals []float32
-	var lens []int32
-	ts, err := t.kvw.ZPull(keys, &vals, &lens, kv.WithCmd(command(kindDump, 0)))
+	vals, err := t.dump(t.kvw)
 	if err != nil {
-		return nil, err
-	}
-	if err := t.kvw.Wait(ts); err != nil {
 		return nil, err
 	}
 	C := uint64(t.layout.C)
@@ -477,7 +592,87 @@ func (t *trainer) dumpModel(withState bool) (*Model, error) {
 			m.Z[p], m.N[p] = unpackFloat64(vals[i+4:]), unpackFloat64(vals[i+6:])
 		}
 	}
+	if t.fac != nil {
+		if err := t.dumpFactors(m); err != nil {
+			return nil, err
+		}
+	}
 	return m, nil
+}
+
+// dump fetches every model key of every server's range on an app, with
+// its state: per key, the key and W, Z, N (each two float32s), by key.
+func (t *trainer) dump(w *kv.KVWorker[float32]) ([]float32, error) {
+	var vals []float32
+	var lens []int32
+	ts, err := w.ZPull(t.ctrlKeys(), &vals, &lens, kv.WithCmd(command(kindDump, 0)))
+	if err != nil {
+		return nil, err
+	}
+	return vals, w.Wait(ts)
+}
+
+// dumpFactors adds fold 0's factors to m, whose weights are in: a
+// feature with factors but no weight joins m with weight 0.
+func (t *trainer) dumpFactors(m *Model) error {
+	vals, err := t.dump(t.kvv)
+	if err != nil {
+		return err
+	}
+	fc := *t.fac
+	K := uint64(fc.K)
+	m.Factors = &fc
+	m.InitStd, m.InitSeed = t.cfg.InitStd, t.cfg.Seed
+	factors := make(map[uint64][]float32)
+	for i := 0; i+8 <= len(vals); i += 8 {
+		k := unpackUint64(vals[i:])
+		v := float32(unpackFloat64(vals[i+2:]))
+		if k >= t.vNumKeys {
+			continue // another fold's
+		}
+		id := k / K
+		f := factors[id]
+		if f == nil {
+			f = make([]float32, K)
+			for j := range f {
+				f[j] = float32(initFactor(id*K+uint64(j), t.cfg.Seed, t.cfg.InitStd))
+			}
+			factors[id] = f
+		}
+		f[k%K] = v
+	}
+	// The features of either app, in order, each with its weight (0 when
+	// it has none) and factors (their start when never pushed).
+	ids := slices.Clone(m.IDs)
+	for id := range factors {
+		if m.pos(id) < 0 {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	w := make([]float32, len(ids))
+	var z, n []float64
+	if m.Z != nil {
+		z, n = make([]float64, len(ids)), make([]float64, len(ids))
+	}
+	m.V = make([]float32, 0, len(ids)*fc.K)
+	for i, id := range ids {
+		if p := m.pos(id); p >= 0 {
+			w[i] = m.W[p]
+			if z != nil {
+				z[i], n[i] = m.Z[p], m.N[p]
+			}
+		}
+		f := factors[id]
+		if f == nil {
+			for j := uint64(0); j < K; j++ {
+				f = append(f, float32(initFactor(id*K+j, t.cfg.Seed, t.cfg.InitStd)))
+			}
+		}
+		m.V = append(m.V, f...)
+	}
+	m.IDs, m.W, m.Z, m.N, m.lookup = ids, w, z, n, nil
+	return nil
 }
 
 // initModel pushes a saved model's weights and state to the servers (warm

@@ -1,4 +1,4 @@
-package main
+package ctr
 
 import (
 	"context"
@@ -19,6 +19,20 @@ type census struct {
 	train, test, valid int    // rows of each part
 	maxID              uint64 // largest feature id (the init model's included)
 	labels             []LabelCount
+	maxField           int // largest field of libffm data (-1: none)
+}
+
+// maxFieldOf returns the largest field of the data sets (-1: none).
+func maxFieldOf(sets ...*Dataset) int {
+	m := -1
+	for _, d := range sets {
+		if d != nil {
+			for _, f := range d.Field {
+				m = max(m, int(f))
+			}
+		}
+	}
+	return m
 }
 
 // maxCensusLabels bounds the distinct labels a worker reports.
@@ -41,7 +55,7 @@ func (c census) encode() []float32 {
 		v = appendFloat64(v, float64(l.Train))
 		v = appendFloat64(v, float64(l.Test))
 	}
-	return v
+	return appendFloat64(v, float64(c.maxField))
 }
 
 // decodeCensus is the inverse of census.encode.
@@ -59,6 +73,7 @@ func decodeCensus(v []float32) census {
 			Value: unpackFloat64(e[0:]), Train: int(unpackFloat64(e[2:])), Test: int(unpackFloat64(e[4:])),
 		})
 	}
+	c.maxField = int(unpackFloat64(v[10+6*maxCensusLabels:]))
 	return c
 }
 
@@ -125,7 +140,8 @@ func work(po *postoffice.Postoffice, cfg *Config, out io.Writer) error {
 		nValid = min(nValid, n-nTest)
 		testRows, validRows, trainRows = perm[:nTest], perm[nTest:nTest+nValid], perm[nTest+nValid:]
 	}
-	me := census{train: len(trainRows), valid: len(validRows), labels: CountLabels([]*Dataset{train}, []*Dataset{test})}
+	me := census{train: len(trainRows), valid: len(validRows), labels: CountLabels([]*Dataset{train}, []*Dataset{test}),
+		maxField: maxFieldOf(train, test)}
 	if test != nil {
 		me.test = test.Len()
 	} else {
@@ -152,16 +168,24 @@ func work(po *postoffice.Postoffice, cfg *Config, out io.Writer) error {
 	if err := kvw.SetSlicer(keyRouter{numKeys: 1}.Slicer); err != nil {
 		return err
 	}
+	if cfg.Factors != nil {
+		if t.kvv, err = kv.NewKVWorker[float32](po, factorApp, 0); err != nil {
+			return err
+		}
+		if err := t.kvv.SetSlicer(keyRouter{numKeys: 1}.Slicer); err != nil {
+			return err
+		}
+	}
 	if gen, meta := po.Restored(); gen != 0 {
 		// The servers were restored from a snapshot of an earlier run: they
 		// start this one over from its model.
-		if err := t.push(t.ctrlKeys(), t.perServer(gen), kindJob, jobBegin); err != nil {
+		if err := t.control(kindJob, jobBegin, same(t.perServer(gen))); err != nil {
 			return fmt.Errorf("begin the run: %w", err)
 		}
 		if meta != "" {
 			meta = " (" + meta + ")"
 		}
-		logf("lr: the servers resumed from snapshot %d%s: training starts from its model", gen, meta)
+		logf(cfg.Program+": the servers resumed from snapshot %d%s: training starts from its model", gen, meta)
 	}
 	if rank == 0 && po.Config().CheckpointDir != "" {
 		t.checkpoint = func(meta string) error {
@@ -177,7 +201,7 @@ func work(po *postoffice.Postoffice, cfg *Config, out io.Writer) error {
 	}
 	all := make([]census, workers)
 	var lists [][]LabelCount
-	var total census
+	total := census{maxField: -1}
 	minTrain := math.MaxInt
 	for w, v := range gathered {
 		all[w] = decodeCensus(v)
@@ -186,6 +210,7 @@ func work(po *postoffice.Postoffice, cfg *Config, out io.Writer) error {
 		total.test += all[w].test
 		total.valid += all[w].valid
 		total.maxID = max(total.maxID, all[w].maxID)
+		total.maxField = max(total.maxField, all[w].maxField)
 		minTrain = min(minTrain, all[w].train)
 	}
 	total.labels = MergeLabelCounts(lists...)
@@ -219,9 +244,41 @@ func work(po *postoffice.Postoffice, cfg *Config, out io.Writer) error {
 	if err := kvw.SetSlicer(keyRouter{numKeys: t.numKeys}.Slicer); err != nil {
 		return err
 	}
+	if cfg.Factors != nil {
+		if labels.Softmax {
+			return fmt.Errorf("%s is a binary model, and the data has %d classes (use lr -loss=softmax)", cfg.Program, labels.K())
+		}
+		fc := *cfg.Factors
+		if fc.Kind == kindMVM {
+			if total.maxField < 0 {
+				return fmt.Errorf("mvm takes its views from the fields of libffm input (label field:feature:value ...); the data has none")
+			}
+			fc.Views = total.maxField + 1
+			if err := fc.check(train, cfg.Train); err != nil {
+				return err
+			}
+			if err := fc.check(test, cfg.Test); err != nil {
+				return err
+			}
+		}
+		t.fac = &fc
+		t.vNumKeys = fc.vKeys(maxID)
+		if t.vNumKeys > statsBase/folds {
+			return fmt.Errorf("feature ids up to %d × %d factors × %d folds do not fit below key %d", maxID, fc.K, folds, statsBase)
+		}
+		if err := t.kvv.SetSlicer(keyRouter{numKeys: t.vNumKeys}.Slicer); err != nil {
+			return err
+		}
+	}
 	// The servers learn the layout before any model key (it says which
 	// keys each one's range holds, for their snapshots).
-	if err := t.push(t.ctrlKeys(), t.perServer(t.numKeys, uint64(t.servers)), kindJob, jobLayout); err != nil {
+	err = t.control(kindJob, jobLayout, func(app int) []float32 {
+		if app == factorApp {
+			return t.perServer(t.vNumKeys, uint64(t.servers))
+		}
+		return t.perServer(t.numKeys, uint64(t.servers))
+	})
+	if err != nil {
 		return fmt.Errorf("key layout: %w", err)
 	}
 
@@ -263,7 +320,12 @@ func work(po *postoffice.Postoffice, cfg *Config, out io.Writer) error {
 	}
 
 	kind := "binary logistic regression"
-	if labels.Softmax {
+	switch {
+	case t.fac != nil && t.fac.Kind == kindFM:
+		kind = fmt.Sprintf("factorization machine (%d factors per feature on app %d)", t.fac.K, factorApp)
+	case t.fac != nil:
+		kind = fmt.Sprintf("multi-view machine (%d views, %d factors per feature on app %d)", t.fac.Views, t.fac.K, factorApp)
+	case labels.Softmax:
 		kind = fmt.Sprintf("softmax regression over %d classes", labels.K())
 	}
 	opt := optName(cfg)
@@ -273,12 +335,12 @@ func work(po *postoffice.Postoffice, cfg *Config, out io.Writer) error {
 	}
 	var results []EpochResult
 	if cfg.CV > 0 {
-		logf("lr: %s, %d examples, %d-fold cross-validation, ids up to %d%s, %d keys per fold on %d servers",
+		logf(cfg.Program+": %s, %d examples, %d-fold cross-validation, ids up to %d%s, %d keys per fold on %d servers",
 			kind, total.train, cfg.CV, maxID, hash, t.numKeys, t.servers)
-		logf("lr: %d workers, batch %d (%d per worker), %s, %s, pipeline %d, %d epochs per fold; data read in %.2fs",
+		logf(cfg.Program+": %d workers, batch %d (%d per worker), %s, %s, pipeline %d, %d epochs per fold; data read in %.2fs",
 			workers, cfg.Batch, bw, opt, syncName(cfg), cfg.Pipeline, cfg.Epochs, loadTime.Seconds())
 		if len(labels.Missing) > 0 {
-			logf("lr: note: no training example has class %v", labels.Missing)
+			logf(cfg.Program+": note: no training example has class %v", labels.Missing)
 		}
 		begin = time.Now()
 		for fold := 0; fold < cfg.CV; fold++ {
@@ -305,16 +367,16 @@ func work(po *postoffice.Postoffice, cfg *Config, out io.Writer) error {
 		if total.valid > 0 {
 			valid = fmt.Sprintf(", %d validation", total.valid)
 		}
-		logf("lr: %s, %d training, %d test%s examples, ids up to %d%s, %d keys on %d servers",
+		logf(cfg.Program+": %s, %d training, %d test%s examples, ids up to %d%s, %d keys on %d servers",
 			kind, total.train, total.test, valid, maxID, hash, t.numKeys, t.servers)
 		maxTrain := 0
 		for _, c := range all {
 			maxTrain = max(maxTrain, c.train)
 		}
-		logf("lr: %d workers, batch %d (%d per worker, %d steps per epoch), %s, %s, pipeline %d, %d epochs; data read in %.2fs",
+		logf(cfg.Program+": %d workers, batch %d (%d per worker, %d steps per epoch), %s, %s, pipeline %d, %d epochs; data read in %.2fs",
 			workers, cfg.Batch, bw, (maxTrain+bw-1)/bw, opt, syncName(cfg), cfg.Pipeline, cfg.Epochs, loadTime.Seconds())
 		if len(labels.Missing) > 0 {
-			logf("lr: note: no training example has class %v", labels.Missing)
+			logf(cfg.Program+": note: no training example has class %v", labels.Missing)
 		}
 		plan := foldPlan{maxTrain: maxTrain, train: train.Subset(trainRows)}
 		if test != nil {
@@ -370,7 +432,7 @@ func (t *trainer) finish(results []EpochResult, wall time.Duration) error {
 			final = results[best]
 			which = fmt.Sprintf("at epoch %d of %d (the best validation loss)", best+1, len(results))
 			if best != len(results)-1 {
-				if err := t.push(t.ctrlKeys(), make([]float32, t.servers), kindSnapshot, snapshotRestore); err != nil {
+				if err := t.control(kindSnapshot, snapshotRestore, same(make([]float32, t.servers))); err != nil {
 					return fmt.Errorf("restore the best model: %w", err)
 				}
 			}

@@ -1,4 +1,4 @@
-package main
+package ctr
 
 // In-process jobs (internal/testcluster, over the in-memory network): the
 // servers' stores installed with SetStore as the program does, workers
@@ -44,23 +44,31 @@ type jobResult struct {
 	c     *testcluster.Cluster
 }
 
-// inProcessJob trains with args on servers and workers in this process;
+// inProcessJob trains with args on servers and workers in this process
+// (args[0] may name the program, lr, fm or mvm; lr when it is a flag);
 // tweak edits every node's configuration, during (if set) runs beside the
-// workers and may kill servers, whose ranks it returns.
+// workers (with each server's store of app 0) and may kill servers, whose
+// ranks it returns.
 func inProcessJob(t *testing.T, servers, workers int, args []string, tweak func(*postoffice.Config),
 	during func(c *testcluster.Cluster, stores []*Store) []int) jobResult {
 	t.Helper()
 	model := filepath.Join(t.TempDir(), "model")
-	cfg, err := parseFlags(append(args, "-model="+model), io.Discard)
+	program := kindLR
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		program, args = args[0], args[1:]
+	}
+	cfg, err := parseProgramFlags(program, append(args, "-model="+model), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := testcluster.New(t, servers, workers, testcluster.Options{Mem: true, Tweak: tweak, Quiet: true})
 	stores := make([]*Store, servers)
+	apps := make([][]*Store, servers)
 	for i, p := range c.Servers {
-		if stores[i], err = serve(p, cfg); err != nil {
+		if apps[i], err = serve(p, cfg); err != nil {
 			t.Fatal(err)
 		}
+		stores[i] = apps[i][0]
 	}
 	outs := make([]bytes.Buffer, workers)
 	errs := make([]error, workers)
@@ -98,13 +106,15 @@ func inProcessJob(t *testing.T, servers, workers int, args []string, tweak func(
 	if err := testcluster.Each(alive, func(p *postoffice.Postoffice) error { return p.Finalize(ctx, 0, true) }); err != nil {
 		t.Fatalf("finalize: %v", err)
 	}
-	for i, s := range stores {
+	for i, ss := range apps {
 		if containsInt(killed, i) {
 			continue
 		}
-		var line bytes.Buffer
-		if err := serverReport(s, cfg, i, &line); err != nil {
-			t.Errorf("%v\n%s", err, line.String())
+		for app, s := range ss {
+			var line bytes.Buffer
+			if err := serverReport(s, cfg, i, app, &line); err != nil {
+				t.Errorf("%v\n%s", err, line.String())
+			}
 		}
 	}
 	b, err := os.ReadFile(model)

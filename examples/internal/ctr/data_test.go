@@ -1,4 +1,4 @@
-package main
+package ctr
 
 import (
 	"bytes"
@@ -289,10 +289,10 @@ func TestInferLabels(t *testing.T) {
 	for _, c := range cases {
 		d, e := newDataset(nil), newDataset(nil)
 		for _, y := range c.train {
-			d.appendRow(y, nil, nil)
+			d.appendRow(y, nil, nil, nil)
 		}
 		for _, y := range c.test {
-			e.appendRow(y, nil, nil)
+			e.appendRow(y, nil, nil, nil)
 		}
 		l, err := InferLabels(c.loss, CountLabels([]*Dataset{d}, []*Dataset{e}))
 		if c.err != "" {
@@ -319,7 +319,7 @@ func TestInferLabels(t *testing.T) {
 	}
 	l := &Labels{Values: []float64{0, 1}}
 	d := newDataset(nil)
-	d.appendRow(7, nil, nil)
+	d.appendRow(7, nil, nil, nil)
 	if err := l.Assign(d); err == nil || !strings.Contains(err.Error(), "label 7") {
 		t.Errorf("assigning an unknown label: %v", err)
 	}

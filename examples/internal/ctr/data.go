@@ -1,4 +1,4 @@
-package main
+package ctr
 
 import (
 	"bufio"
@@ -24,6 +24,10 @@ const (
 	maxFeatureID = 1<<44 - 1
 	maxHashBits  = 40
 )
+
+// maxFields bounds the fields of libffm input (the views of a multi-view
+// machine).
+const maxFields = 1 << 10
 
 // maxLabel bounds class numbers, so that every label is exact in a float32
 // and a stray huge label cannot ask for millions of classes.
@@ -138,6 +142,10 @@ type Dataset struct {
 	Start []int
 	Idx   []int32
 	Val   []float32
+	// Field holds each entry's field (libffm input, "field:feature:value"),
+	// or is nil when the data has none. Multi-view machines use the fields
+	// as their views; the other models ignore them.
+	Field []int32
 	Label []float64
 	// Class holds each row's class index, set by Labels.Assign.
 	Class []int32
@@ -162,8 +170,19 @@ func (d *Dataset) NNZ() int { return len(d.Idx) }
 
 func newDataset(v *Vocab) *Dataset { return &Dataset{Start: []int{0}, Vocab: v} }
 
-// appendRow adds a row of local indices; val nil means all values are 1.
-func (d *Dataset) appendRow(label float64, idx []int32, val []float32) {
+// appendRow adds a row of local indices; val nil means all values are 1,
+// fld nil that the row has no fields (field 0 when others have).
+func (d *Dataset) appendRow(label float64, idx []int32, val []float32, fld []int32) {
+	if fld != nil && d.Field == nil {
+		d.Field = make([]int32, len(d.Idx), cap(d.Idx))
+	}
+	if d.Field != nil {
+		if fld == nil {
+			d.Field = append(d.Field, make([]int32, len(idx))...)
+		} else {
+			d.Field = append(d.Field, fld...)
+		}
+	}
 	if val != nil && d.Val == nil {
 		d.Val = make([]float32, len(d.Idx), cap(d.Idx))
 		for i := range d.Val {
@@ -196,6 +215,9 @@ func (d *Dataset) Subset(rows []int) *Dataset {
 	if d.Val != nil {
 		s.Val = make([]float32, 0, nnz)
 	}
+	if d.Field != nil {
+		s.Field = make([]int32, 0, nnz)
+	}
 	s.Start = make([]int, 1, len(rows)+1)
 	s.Label = make([]float64, 0, len(rows))
 	for _, r := range rows {
@@ -203,6 +225,9 @@ func (d *Dataset) Subset(rows []int) *Dataset {
 		s.Idx = append(s.Idx, idx...)
 		if d.Val != nil {
 			s.Val = append(s.Val, val...)
+		}
+		if d.Field != nil {
+			s.Field = append(s.Field, d.Field[d.Start[r]:d.Start[r+1]]...)
 		}
 		s.Start = append(s.Start, len(s.Idx))
 		s.Label = append(s.Label, d.Label[r])
@@ -273,7 +298,9 @@ func (o *ReadOptions) keeps(i int) bool { return !o.sharded() || i%o.Workers == 
 
 // ReadLIBSVM parses LIBSVM text: one example per line, "label id:value
 // id:value ...", ids 1-based and strictly ascending (any order, and any
-// string, with hashing). Blank lines and lines starting with '#' are
+// string, with hashing). It also reads libffm text, whose entries are
+// "field:id:value" with fields 0..maxFields-1 and ids in any order; the
+// fields are kept in Dataset.Field and the id alone names the feature. Blank lines and lines starting with '#' are
 // skipped, as is anything after a '#'. name is used in error messages only.
 // A malformed line yields a *ParseError with its number.
 func ReadLIBSVM(r io.Reader, name string, o ReadOptions) (*Dataset, error) {
@@ -294,10 +321,12 @@ type libsvmParser struct {
 	d        *Dataset
 	idx      []int32
 	val      []float32
+	fld      []int32
 	ones     bool
-	examples int // examples seen, kept or not
+	fields   bool // the row has "field:feature:value" entries
+	examples int  // examples seen, kept or not
 	// onRow, when set, receives the rows instead of d (streaming).
-	onRow func(label float64, idx []int32, val []float32) error
+	onRow func(label float64, idx []int32, val []float32, fld []int32) error
 }
 
 func newLIBSVMParser(name string, o ReadOptions) *libsvmParser {
@@ -395,7 +424,7 @@ func (p *libsvmParser) parse(text []byte, lineNo int) error {
 	if label != math.Trunc(label) || label < -1 || label > maxLabel {
 		return p.fail(lineNo, "label %s: labels are -1/+1 or class numbers 0, 1, 2, ... (at most %d)", text[:i], maxLabel)
 	}
-	p.idx, p.val, p.ones = p.idx[:0], p.val[:0], true
+	p.idx, p.val, p.fld, p.ones, p.fields = p.idx[:0], p.val[:0], p.fld[:0], true, false
 	var prev uint64 // the last id parsed, kept or not (zero values are not)
 	for i < len(text) {
 		for i < len(text) && isSpace(text[i]) {
@@ -415,6 +444,19 @@ func (p *libsvmParser) parse(text []byte, lineNo int) error {
 			return p.fail(lineNo, "feature %q is not id:value", tok)
 		}
 		idText, valText := tok[:colon], tok[colon+1:]
+		field := int32(-1)
+		if c := bytes.IndexByte(idText, ':'); c >= 0 {
+			// libffm: field:feature:value.
+			f, ok := parseNumber(idText[:c])
+			if !ok || f != math.Trunc(f) || f < 0 || f >= maxFields {
+				return p.fail(lineNo, "field %q in %q: fields are integers 0..%d", idText[:c], tok, maxFields-1)
+			}
+			field, idText = int32(f), idText[c+1:]
+			if !p.fields {
+				p.fields = true
+				p.fld = append(p.fld[:0], make([]int32, len(p.idx))...)
+			}
+		}
 		var id uint64
 		if p.o.HashBits > 0 {
 			if len(idText) == 0 {
@@ -426,7 +468,8 @@ func (p *libsvmParser) parse(text []byte, lineNo int) error {
 			if id, msg = parseID(idText); msg != "" {
 				return p.fail(lineNo, "feature id %q %s", idText, msg)
 			}
-			if id <= prev {
+			if id <= prev && field < 0 {
+				// (libffm rows go by field: their ids need no order.)
 				return p.fail(lineNo, "feature id %d is not above the previous one (%d)", id, prev)
 			}
 			prev = id
@@ -439,6 +482,9 @@ func (p *libsvmParser) parse(text []byte, lineNo int) error {
 			continue
 		}
 		p.idx = append(p.idx, p.o.Vocab.index(id))
+		if p.fields {
+			p.fld = append(p.fld, max(field, 0))
+		}
 		if v != 1 && p.ones {
 			p.ones = false
 			p.val = p.val[:0]
@@ -454,13 +500,17 @@ func (p *libsvmParser) parse(text []byte, lineNo int) error {
 	if p.ones {
 		val = nil
 	}
+	var fld []int32
+	if p.fields {
+		fld = p.fld
+	}
 	if p.onRow != nil {
-		if err := p.onRow(label, p.idx, val); err != nil {
+		if err := p.onRow(label, p.idx, val, fld); err != nil {
 			return p.fail(lineNo, "%v", err)
 		}
 		return nil
 	}
-	p.d.appendRow(label, p.idx, val)
+	p.d.appendRow(label, p.idx, val, fld)
 	return nil
 }
 
@@ -761,7 +811,7 @@ func ImagesToDataset(img, lab *IDX, o ReadOptions) (*Dataset, error) {
 				val = append(val, float32(b)/255)
 			}
 		}
-		d.appendRow(float64(lab.Data[i]), idx, val)
+		d.appendRow(float64(lab.Data[i]), idx, val, nil)
 	}
 	return d, nil
 }

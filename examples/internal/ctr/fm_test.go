@@ -1,0 +1,270 @@
+package ctr
+
+import (
+	"bytes"
+	"io"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// randomFieldBatch returns a batch of rows over nf features with values and
+// fields (views 0..views-1, some rows missing some views), and random w
+// (with a bias) and v for fc.
+func randomFieldBatch(t *testing.T, r *rand.Rand, fc Factors, rows, nf int, ones bool) (*Batch, Weights, []float32, []float32) {
+	t.Helper()
+	v := NewVocab()
+	d := newDataset(v)
+	for i := 0; i < nf; i++ {
+		v.index(uint64(i + 1))
+	}
+	for i := 0; i < rows; i++ {
+		var idx []int32
+		var val []float32
+		var fld []int32
+		for j := 0; j < 1+r.IntN(6); j++ {
+			idx = append(idx, int32(r.IntN(nf)))
+			if !ones {
+				val = append(val, float32(r.NormFloat64()))
+			}
+			fld = append(fld, int32(r.IntN(max(fc.Views, 1))))
+		}
+		d.appendRow(float64(r.IntN(2)), idx, val, fld)
+		d.Class = append(d.Class, int32(d.Label[i]))
+	}
+	b := NewBatch(d, seq(0, rows), newMark(nf))
+	l := Weights{C: 1, Bias: 1}
+	w := make([]float32, 1+len(b.Feats))
+	for i := range w {
+		w[i] = float32(r.NormFloat64() * 0.3)
+	}
+	vv := make([]float32, len(b.Feats)*fc.K)
+	for i := range vv {
+		vv[i] = float32(r.NormFloat64() * 0.3)
+	}
+	return b, l, w, vv
+}
+
+// TestFactorGradient checks FM's and MVM's gradients of the summed loss
+// against central finite differences, for every weight and factor, with
+// and without feature values.
+func TestFactorGradient(t *testing.T) {
+	for _, fc := range []Factors{{Kind: kindFM, K: 4}, {Kind: kindMVM, K: 3, Views: 3}} {
+		for _, ones := range []bool{false, true} {
+			r := rand.New(rand.NewPCG(7, uint64(fc.K)))
+			b, l, w, v := randomFieldBatch(t, r, fc, 12, 9, ones)
+			gw := make([]float32, len(w))
+			gv := make([]float32, len(v))
+			fc.LossGrad(b, 0, b.Len(), l, w, v, gw, gv)
+			loss := func() float64 {
+				s, _ := fc.LossGrad(b, 0, b.Len(), l, w, v, nil, nil)
+				return s
+			}
+			check := func(name string, p []float32, g []float32) {
+				for i := range p {
+					const h = 1e-2
+					old := p[i]
+					p[i] = old + h
+					up := loss()
+					p[i] = old - h
+					down := loss()
+					p[i] = old
+					num := (up - down) / (2 * h)
+					if math.Abs(num-float64(g[i])) > 2e-3*math.Max(1, math.Abs(num)) {
+						t.Errorf("%s ones=%v: %s[%d]: gradient %g, finite difference %g", fc.Kind, ones, name, i, g[i], num)
+					}
+				}
+			}
+			check("w", w, gw)
+			check("v", v, gv)
+		}
+	}
+}
+
+// TestFactorMargins checks the O(K·n) forms against the definitions: FM's
+// pairwise sum over i<j of <v_i,v_j> x_i x_j, and MVM's product over the
+// views expanded as a sum over one choice per view (constant or entry).
+func TestFactorMargins(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	fm := Factors{Kind: kindFM, K: 5}
+	b, l, w, v := randomFieldBatch(t, r, fm, 20, 7, false)
+	sc := fm.newScratch()
+	for row := 0; row < b.Len(); row++ {
+		s, e := b.Start[row], b.Start[row+1]
+		want := float64(w[0])
+		for i := s; i < e; i++ {
+			want += float64(w[1+b.Pos[i]]) * entryX(b, i)
+			for j := i + 1; j < e; j++ {
+				dot := 0.0
+				for f := 0; f < fm.K; f++ {
+					dot += float64(v[int(b.Pos[i])*fm.K+f]) * float64(v[int(b.Pos[j])*fm.K+f])
+				}
+				want += dot * entryX(b, i) * entryX(b, j)
+			}
+		}
+		if got := fm.margin(b, row, l, w, v, sc); math.Abs(got-want) > 1e-4*math.Max(1, math.Abs(want)) {
+			t.Errorf("fm row %d: margin %g, by definition %g", row, got, want)
+		}
+	}
+
+	mvm := Factors{Kind: kindMVM, K: 2, Views: 3}
+	b, l, w, v = randomFieldBatch(t, r, mvm, 20, 7, false)
+	sc = mvm.newScratch()
+	for row := 0; row < b.Len(); row++ {
+		s, e := b.Start[row], b.Start[row+1]
+		want := float64(w[0])
+		for i := s; i < e; i++ {
+			want += float64(w[1+b.Pos[i]]) * entryX(b, i)
+		}
+		// Every choice of one term per view: the constant 1 or an entry
+		// of that view.
+		var expand func(p, f int, prod float64) float64
+		expand = func(p, f int, prod float64) float64 {
+			if p == mvm.Views {
+				return prod
+			}
+			sum := expand(p+1, f, prod)
+			for i := s; i < e; i++ {
+				if int(b.Field[i]) == p {
+					sum += expand(p+1, f, prod*float64(v[int(b.Pos[i])*mvm.K+f])*entryX(b, i))
+				}
+			}
+			return sum
+		}
+		for f := 0; f < mvm.K; f++ {
+			want += expand(0, f, 1) - 1
+		}
+		if got := mvm.margin(b, row, l, w, v, sc); math.Abs(got-want) > 1e-4*math.Max(1, math.Abs(want)) {
+			t.Errorf("mvm row %d: margin %g, by definition %g", row, got, want)
+		}
+	}
+}
+
+// TestInitFactor checks that the factors' start is a function of the key
+// (servers and replicas agree) with the asked-for spread.
+func TestInitFactor(t *testing.T) {
+	if initFactor(12345, 1, 0.1) != initFactor(12345, 1, 0.1) {
+		t.Fatal("initFactor is not a function of its arguments")
+	}
+	var sum, sq float64
+	const n = 100000
+	for k := uint64(0); k < n; k++ {
+		x := initFactor(k, 1, 0.1)
+		sum += x
+		sq += x * x
+	}
+	mean, std := sum/n, math.Sqrt(sq/n-(sum/n)*(sum/n))
+	if math.Abs(mean) > 0.002 || math.Abs(std-0.1) > 0.002 {
+		t.Errorf("mean %g, std %g: want about 0 and 0.1", mean, std)
+	}
+}
+
+// TestReadLibFFM reads libffm lines: fields kept per entry, ids in any
+// order, and bad fields refused with the line.
+func TestReadLibFFM(t *testing.T) {
+	d, err := ReadLIBSVM(strings.NewReader("1 0:5:1 1:3:0.5 2:9:1\n0 1:2:1 0:7:2\n"), "ffm", ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Len() != 2 || len(d.Field) != 5 {
+		t.Fatalf("%d rows, %d fields", d.Len(), len(d.Field))
+	}
+	wantF := []int32{0, 1, 2, 1, 0}
+	wantID := []uint64{5, 3, 9, 2, 7}
+	for i := range wantF {
+		if d.Field[i] != wantF[i] || d.Vocab.IDs[d.Idx[i]] != wantID[i] {
+			t.Errorf("entry %d: field %d id %d, want %d and %d", i, d.Field[i], d.Vocab.IDs[d.Idx[i]], wantF[i], wantID[i])
+		}
+	}
+	if d.Val == nil || d.Val[1] != 0.5 || d.Val[4] != 2 {
+		t.Errorf("values %v", d.Val)
+	}
+	h, err := ReadLIBSVM(strings.NewReader("1 3:abc:1 4:def:1\n"), "ffm", ReadOptions{HashBits: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Vocab.IDs[h.Idx[0]] != HashFeature([]byte("abc"), 20) {
+		t.Errorf("hashed id %d: the field is not part of the feature's name", h.Vocab.IDs[h.Idx[0]])
+	}
+	for _, bad := range []string{"1 -1:2:1\n", "1 x:2:1\n", "1 5000:2:1\n"} {
+		if _, err := ReadLIBSVM(strings.NewReader(bad), "ffm", ReadOptions{}); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+// ctrData writes a small seeded CTR-like libffm set (10 fields, labels
+// from a hidden factorization machine) and returns its paths.
+func ctrData(t *testing.T) (train, test string) {
+	t.Helper()
+	dir := t.TempDir()
+	train, test = filepath.Join(dir, "ctr.train"), filepath.Join(dir, "ctr.test")
+	cfg, err := parseFlags([]string{"-mode=synth", "-fields=10", "-ids=200", "-rows=40000", "-test-rows=4000",
+		"-out=" + train, "-test-out=" + test, "-seed=5"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run(cfg, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	return train, test
+}
+
+// aucOf returns the test AUC of a job's final line.
+func aucOf(t *testing.T, out string) float64 {
+	t.Helper()
+	line := finalLine(t, out)
+	_, after, ok := strings.Cut(line, "AUC ")
+	if !ok {
+		t.Fatalf("no AUC in %q", line)
+	}
+	auc, err := strconv.ParseFloat(strings.Fields(after)[0], 64)
+	if err != nil {
+		t.Fatalf("AUC in %q: %v", line, err)
+	}
+	return auc
+}
+
+// TestFactorJobs trains lr, fm and mvm on data whose labels come from
+// feature interactions, 3 servers and 2 workers under BSP (deterministic),
+// and checks that the factor models learn what lr cannot: both well above
+// lr. Each model file written, scored again by predict mode,
+// gives the job's own test figures: what the servers hold on both apps is
+// the model the workers evaluated.
+func TestFactorJobs(t *testing.T) {
+	train, test := ctrData(t)
+	args := []string{"-train=" + train, "-test=" + test, "-opt=ftrl", "-alpha=1", "-beta=1", "-batch=200",
+		"-sync=bsp", "-epochs=4", "-factors=4"}
+	auc := map[string]float64{}
+	for _, prog := range []string{kindLR, kindFM, kindMVM} {
+		r := inProcessJob(t, 3, 2, append([]string{prog}, args...), nil, nil)
+		auc[prog] = aucOf(t, r.out)
+		t.Logf("%s: %s", prog, finalLine(t, r.out))
+
+		m, err := ReadModel(bytes.NewReader(r.model))
+		if err != nil {
+			t.Fatalf("%s: read the model: %v", prog, err)
+		}
+		if (m.Factors != nil) != (prog != kindLR) {
+			t.Fatalf("%s: model factors %v", prog, m.Factors)
+		}
+		met, err := ScoreFile(m, test, 0, nil)
+		if err != nil {
+			t.Fatalf("%s: score the model: %v", prog, err)
+		}
+		// The job scores with float32 weights as the model file has them:
+		// the same AUC up to the margins' rounding at bin edges.
+		if math.Abs(met.AUC()-auc[prog]) > 1e-3 {
+			t.Errorf("%s: the model file scores AUC %.4f, the job %.4f", prog, met.AUC(), auc[prog])
+		}
+	}
+	if auc[kindFM] < auc[kindLR]+0.1 || auc[kindFM] < 0.8 {
+		t.Errorf("fm AUC %.4f, lr %.4f: the factorization machine should learn the interactions", auc[kindFM], auc[kindLR])
+	}
+	if auc[kindMVM] < auc[kindLR]+0.05 {
+		t.Errorf("mvm AUC %.4f, lr %.4f: the multi-view machine should learn interactions too", auc[kindMVM], auc[kindLR])
+	}
+}
