@@ -288,6 +288,9 @@ type ReadOptions struct {
 	HashBits int
 	// Vocab numbers the features; nil for a new one.
 	Vocab *Vocab
+	// Binary reads every non-zero value as 1 (xflow's reader keeps no
+	// values).
+	Binary bool
 }
 
 func (o *ReadOptions) sharded() bool { return o.Workers > 1 }
@@ -480,6 +483,9 @@ func (p *libsvmParser) parse(text []byte, lineNo int) error {
 		}
 		if v == 0 {
 			continue
+		}
+		if p.o.Binary {
+			v = 1
 		}
 		p.idx = append(p.idx, p.o.Vocab.index(id))
 		if p.fields {

@@ -23,6 +23,9 @@ type Config struct {
 	// once the workers know the data's fields.
 	Factors *Factors
 	InitStd float64 // fm, mvm: spread of the factors' start
+	// XflowVDim is -mode=xflow-server's values per key of app 1 (xflow's
+	// v_dim).
+	XflowVDim int
 
 	Train, Test           string
 	TrainLimit, TestLimit int
@@ -47,9 +50,11 @@ type Config struct {
 	Limit               int
 
 	HashBits  int     // hash feature ids to this many bits (0: no hashing)
+	Binary    bool    // read every non-zero feature value as 1
 	Valid     float64 // fraction of the training data held out for validation
 	EarlyStop int     // stop when the validation loss has not improved for this many epochs
 	Pipeline  int     // steps in flight per worker
+	EvalEvery int     // evaluate after every EvalEvery-th epoch (and the last)
 	InitModel string  // warm start from this model file
 	PredOut   string  // write per-example predictions here
 
@@ -96,7 +101,8 @@ flags:
 	}
 	factors := fs.Int("factors", 8, "fm, mvm: factor size K (keys per feature on app 1)")
 	fs.Float64Var(&c.InitStd, "init-std", 0.1, "fm, mvm: standard deviation of the factors' start (a seeded normal draw per key)")
-	fs.StringVar(&c.Mode, "mode", "train", "train (in a ps-lite job), predict, convert or synth")
+	fs.StringVar(&c.Mode, "mode", "train", "train (in a ps-lite job), predict, convert, synth, or xflow-server (the scheduler and servers of a job of xflow's workers)")
+	fs.IntVar(&c.XflowVDim, "xflow-v-dim", xflowVDim, "xflow-server: values per key of app 1 (xflow's v_dim)")
 	fs.StringVar(&c.Train, "train", "", "training data")
 	fs.StringVar(&c.Test, "test", "", "test data (default: -holdout of the training data)")
 	fs.IntVar(&c.TrainLimit, "train-limit", 0, "use only the first N training examples (0: all)")
@@ -122,9 +128,11 @@ flags:
 	fs.StringVar(&c.Data, "data", "", "predict, convert: input data")
 	fs.StringVar(&c.Out, "out", "", "convert: output LIBSVM file")
 	fs.IntVar(&c.Limit, "limit", 0, "predict, convert: use only the first N examples (0: all)")
+	fs.BoolVar(&c.Binary, "binary", false, "read every non-zero feature value as 1 (as xflow does); the model file keeps it for predict")
 	fs.IntVar(&c.HashBits, "hash-bits", 0, "hash feature ids (numbers or any string) to 1..2^N-1 (0: ids are integers, used as they are)")
 	fs.Float64Var(&c.Valid, "valid", 0, "fraction of the training data held out for validation (scored every epoch)")
 	fs.IntVar(&c.EarlyStop, "early-stop", 0, "stop when the validation loss has not improved for N epochs and keep the best epoch's model (needs -valid)")
+	fs.IntVar(&c.EvalEvery, "eval-every", 1, "evaluate (and print, checkpoint, plot) after every N-th epoch and the last; the epochs between run without a pause")
 	fs.IntVar(&c.Pipeline, "pipeline", 2, "training steps a worker keeps in flight (pulls issued ahead of the gradient)")
 	fs.StringVar(&c.InitModel, "init-model", "", "train: start from this model file (with FTRL's state when it has it)")
 	fs.StringVar(&c.PredOut, "pred-out", "", "train (with -test), predict: write each example's predicted label and class probabilities here")
@@ -189,6 +197,10 @@ flags:
 			return nil, fmt.Errorf("-lr-decay is for -opt=sgd (ftrl's rates decay by themselves)")
 		case !(c.Valid >= 0 && c.Valid < 1) || (c.Test == "" && c.CV == 0 && c.Holdout+c.Valid >= 1):
 			return nil, fmt.Errorf("-valid must be in [0, 1) and leave training data next to -holdout")
+		case c.EvalEvery < 1:
+			return nil, fmt.Errorf("-eval-every must be at least 1")
+		case c.EvalEvery > 1 && c.EarlyStop > 0:
+			return nil, fmt.Errorf("-early-stop counts epochs, each evaluated: it needs -eval-every=1")
 		case c.EarlyStop < 0:
 			return nil, fmt.Errorf("-early-stop must not be negative")
 		case c.EarlyStop > 0 && c.Valid == 0:
@@ -219,6 +231,21 @@ flags:
 		if c.Data == "" || c.Out == "" {
 			return nil, fmt.Errorf("convert needs -data and -out")
 		}
+	case "xflow-server":
+		// xflow's FTRL settings, unless given.
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for name, p := range map[string]*float64{"alpha": &c.Alpha, "beta": &c.Beta, "l1": &c.L1, "l2": &c.L2} {
+			if !set[name] {
+				*p = map[string]float64{"alpha": xflowAlpha, "beta": xflowBeta, "l1": xflowLambda1, "l2": xflowLambda2}[name]
+			}
+		}
+		if _, err := NewOptimizer("ftrl", c.LR, c.Alpha, c.Beta, c.L1, c.L2); err != nil {
+			return nil, err
+		}
+		if c.XflowVDim < 1 || c.XflowVDim > maxFactors {
+			return nil, fmt.Errorf("-xflow-v-dim must be in 1..%d", maxFactors)
+		}
 	case "synth":
 		if c.Out == "" {
 			return nil, fmt.Errorf("synth needs -out (and -test-out for a test set)")
@@ -227,7 +254,7 @@ flags:
 			return nil, err
 		}
 	default:
-		return nil, fmt.Errorf("unknown -mode %q (want train, predict, convert or synth)", c.Mode)
+		return nil, fmt.Errorf("unknown -mode %q (want train, predict, convert, synth or xflow-server)", c.Mode)
 	}
 	return c, nil
 }
@@ -263,6 +290,8 @@ func run(cfg *Config, out io.Writer) error {
 		return convert(cfg, out)
 	case "synth":
 		return synth(cfg, out)
+	case "xflow-server":
+		return serveXflow(cfg, out)
 	}
 	return runJob(cfg, out)
 }
@@ -336,6 +365,7 @@ func serve(po *postoffice.Postoffice, cfg *Config) ([]*Store, error) {
 		store := NewStore(opt, cfg.Sync, cfg.Staleness, po.NumWorkers())
 		if app == factorApp {
 			store.SetInit(cfg.InitStd, cfg.Seed)
+			store.SetDim(cfg.Factors.K)
 		}
 		srv, err := kv.NewKVServer[float32](po, app)
 		if err != nil {

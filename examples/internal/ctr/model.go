@@ -31,6 +31,7 @@ type Model struct {
 	Labels   Labels
 	Bias     float32 // value of the bias feature 0 (0: no bias)
 	HashBits int     // 0: the data's ids are the features
+	Binary   bool    // every non-zero feature value counts as 1
 	IDs      []uint64
 	W        []float32
 	Z, N     []float64
@@ -153,6 +154,9 @@ func (m *Model) Write(w io.Writer) error {
 	if fc := m.Factors; fc != nil {
 		fmt.Fprintf(bw, "model %s\nfactors %d\nviews %d\ninit %s %d\n", fc.Kind, fc.K, fc.Views,
 			strconv.FormatFloat(m.InitStd, 'g', -1, 64), m.InitSeed)
+	}
+	if m.Binary {
+		fmt.Fprintf(bw, "values binary\n")
 	}
 	fmt.Fprintf(bw, "weights %d\n", nnz)
 	var buf []byte
@@ -332,6 +336,11 @@ func ReadModel(r io.Reader) (*Model, error) {
 			if state != "none" && state != "ftrl" {
 				return fail("unknown state %q", state)
 			}
+		case "values":
+			if f[1] != "binary" {
+				return fail("unknown values %q", f[1])
+			}
+			m.Binary = true
 		case "model":
 			if f[1] != kindFM && f[1] != kindMVM {
 				return fail("unknown model %q", f[1])
@@ -564,7 +573,7 @@ func ScoreFile(m *Model, path string, limit int, pred io.Writer) (*Metrics, erro
 		}
 		return nil
 	}
-	o := ReadOptions{Limit: limit, HashBits: m.HashBits, Vocab: vocab}
+	o := ReadOptions{Limit: limit, HashBits: m.HashBits, Vocab: vocab, Binary: m.Binary}
 	if err := StreamData(path, o, score); err != nil {
 		return nil, err
 	}

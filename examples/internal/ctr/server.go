@@ -202,6 +202,7 @@ type Store struct {
 	// initFactor(key, initSeed, initStd) (a factor model's factors).
 	initStd  float64
 	initSeed uint64
+	dim      int // values per model key (SetDim); 0 or 1: one
 }
 
 var (
@@ -232,6 +233,23 @@ func (s *Store) SetInit(std float64, seed uint64) {
 	s.initStd, s.initSeed = std, seed
 	s.mu.Unlock()
 }
+
+// SetDim makes every model key carry dim values (a feature's factors):
+// training pushes and pulls have dim values per key, and the store keeps
+// value j of key k as its own parameter k·dim+j, with its own optimiser
+// state, the dim of a key next to each other in its table. Control keys
+// keep their own formats; a training push's control key carries the
+// learning-rate scale as the first of its dim values. Call it before the
+// store serves.
+func (s *Store) SetDim(dim int) {
+	s.mu.Lock()
+	s.dim = max(dim, 1)
+	s.params.group = uint64(s.dim)
+	s.mu.Unlock()
+}
+
+// keyOf returns the model key whose value the stored parameter k is.
+func (s *Store) keyOf(k uint64) uint64 { return k / uint64(max(s.dim, 1)) }
 
 // errNoLayout refuses model keys before the workers sent the key layout,
 // which they do before their first model key.
@@ -587,10 +605,10 @@ func (s *Store) replacePart(part int, saved []savedParam) error {
 		return errNoLayout
 	}
 	r := keyRouter{numKeys: s.numKeys}
-	var t table
+	t := table{group: s.params.group}
 	var err error
 	s.params.each(func(e *entry) {
-		p, _, rerr := r.route(e.key-1, s.servers)
+		p, _, rerr := r.route(s.keyOf(e.key-1), s.servers)
 		if rerr != nil {
 			err = rerr
 		}
@@ -624,7 +642,7 @@ func (s *Store) partEntries(part, servers int) ([]entry, error) {
 	r := keyRouter{numKeys: s.numKeys}
 	var es []entry
 	s.params.each(func(e *entry) {
-		if p, _, err := r.route(e.key-1, servers); err == nil && p == part {
+		if p, _, err := r.route(s.keyOf(e.key-1), servers); err == nil && p == part {
 			es = append(es, *e)
 		}
 	})
@@ -674,8 +692,9 @@ func (s *Store) dump(keys []uint64) (kv.KVPairs[float32], error) {
 func (s *Store) push(worker, step int, data kv.KVPairs[float32]) error {
 	s.st.Pushes++
 	keys := data.Keys
-	if len(data.Vals) != len(keys) {
-		return fmt.Errorf("training push with %d values for %d keys", len(data.Vals), len(keys))
+	d := max(s.dim, 1)
+	if len(data.Vals) != d*len(keys) {
+		return fmt.Errorf("training push with %d values for %d keys of %d", len(data.Vals), len(keys), d)
 	}
 	if worker < 0 || worker >= s.workers {
 		return fmt.Errorf("training push from worker %d of %d", worker, s.workers)
@@ -685,21 +704,23 @@ func (s *Store) push(worker, step int, data kv.KVPairs[float32]) error {
 		return fmt.Errorf("training push: %w", err)
 	}
 	n := len(keys) - 1
-	model, grads := keys[:n], data.Vals[:n]
+	model, grads := keys[:n], data.Vals[:n*d]
 	if n > 0 && model[n-1] >= statsBase {
 		return fmt.Errorf("training push of key %d", model[n-1])
 	}
 	if err := s.inPart(model, part); err != nil {
 		return fmt.Errorf("training push: %w", err)
 	}
-	rate := float64(data.Vals[n])
+	rate := float64(data.Vals[n*d])
 	ps := s.part(part)
 	if s.mode == BSP {
 		return s.pushStep(ps, worker, step, model, grads, rate)
 	}
 	share := 1 / float64(s.workers)
 	for i, k := range model {
-		s.opt.Update(&s.entry(k).p, float64(grads[i]), share, rate)
+		for j := 0; j < d; j++ {
+			s.opt.Update(&s.entry(k*uint64(d)+uint64(j)).p, float64(grads[i*d+j]), share, rate)
+		}
 	}
 	if s.mode == SSP {
 		ps.clock[worker] = max(ps.clock[worker], step+1)
@@ -719,8 +740,10 @@ func (s *Store) pushStep(ps *partState, worker, step int, keys []uint64, grads [
 		b = &stepBuf{grads: make(map[uint64]float64), pushers: make(map[int]bool), rate: rate}
 		ps.pending[step] = b
 	}
-	for i, k := range keys {
-		g := float64(grads[i])
+	d := max(s.dim, 1)
+	for i, g32 := range grads {
+		k := keys[i/d]*uint64(d) + uint64(i%d)
+		g := float64(g32)
 		if step != ps.applied {
 			b.grads[k] += g
 			continue
@@ -817,16 +840,20 @@ func minClock(clocks []int) int {
 // values returns the current weights (or statistics) of keys; a key never
 // pushed has weight 0 and is not created.
 func (s *Store) values(keys []uint64) kv.KVPairs[float32] {
-	res := kv.KVPairs[float32]{Keys: keys, Vals: make([]float32, len(keys))}
+	d := max(s.dim, 1)
+	res := kv.KVPairs[float32]{Keys: keys, Vals: make([]float32, d*len(keys))}
 	for i, k := range keys {
 		if k >= statsBase {
-			res.Vals[i] = s.stats[statsRound(k)][k]
+			res.Vals[i*d] = s.stats[statsRound(k)][k]
 			continue
 		}
-		if e := s.params.find(k); e != nil {
-			res.Vals[i] = float32(e.p.W)
-		} else if s.initStd > 0 {
-			res.Vals[i] = float32(initFactor(k, s.initSeed, s.initStd))
+		for j := 0; j < d; j++ {
+			p := k*uint64(d) + uint64(j)
+			if e := s.params.find(p); e != nil {
+				res.Vals[i*d+j] = float32(e.p.W)
+			} else if s.initStd > 0 {
+				res.Vals[i*d+j] = float32(initFactor(p, s.initSeed, s.initStd))
+			}
 		}
 	}
 	return res
@@ -920,11 +947,21 @@ type table struct {
 	slots []entry
 	n     int
 	shift uint // 64 - log2(len(slots))
+	// group, when above 1, is the length of the runs of keys used
+	// together (a feature's factors: keys f·group+j): a run's searches
+	// start in consecutive slots, so that its entries share cache lines
+	// instead of costing a cache miss each.
+	group uint64
 }
 
 // home returns the slot where the search for key k starts (Fibonacci
-// hashing).
-func (t *table) home(k uint64) uint64 { return (k * 0x9e3779b97f4a7c15) >> t.shift }
+// hashing, of k's run when the table has groups).
+func (t *table) home(k uint64) uint64 {
+	if t.group > 1 {
+		return (((k/t.group)*0x9e3779b97f4a7c15)>>t.shift + k%t.group) & uint64(len(t.slots)-1)
+	}
+	return (k * 0x9e3779b97f4a7c15) >> t.shift
+}
 
 // find returns key k's entry, or nil when k was never pushed.
 func (t *table) find(k uint64) *entry {

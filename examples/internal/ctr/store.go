@@ -421,7 +421,7 @@ func (s *Store) restore(snaps []*partSnap, p kv.Part) ([]reply, error) {
 	}
 	r := keyRouter{numKeys: numKeys}
 	belongs := func(k uint64) bool {
-		part, _, err := r.route(k, p.Of)
+		part, _, err := r.route(s.keyOf(k), p.Of)
 		return err == nil && part == p.Index
 	}
 	fresh := &partState{pending: make(map[int]*stepBuf), clock: make([]int, s.workers)}
@@ -497,9 +497,9 @@ func (s *Store) restore(snaps []*partSnap, p kv.Part) ([]reply, error) {
 		return nil, errNoLayout // cannot happen: model keys come after the layout
 	}
 	old := keyRouter{numKeys: s.numKeys}
-	var t table
+	t := table{group: s.params.group}
 	s.params.each(func(e *entry) {
-		if part, _, err := old.route(e.key-1, s.servers); err != nil || part != p.Index {
+		if part, _, err := old.route(s.keyOf(e.key-1), s.servers); err != nil || part != p.Index {
 			ne, _ := t.get(e.key - 1)
 			*ne = *e
 		}

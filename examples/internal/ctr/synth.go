@@ -162,8 +162,8 @@ func Synthesize(c SynthConfig, train, test io.Writer) (SynthStats, error) {
 	return st, nil
 }
 
-// synthesizeFields writes CTR-like libffm data ("label field:id:1 ...",
-// labels 1 and 0): each example has one value in each of c.Fields fields,
+// synthesizeFields writes CTR-like libffm data ("label<TAB>field:id:1
+// ...", labels 1 and 0, as xflow reads it): each example has one value in each of c.Fields fields,
 // drawn by popularity (a Zipf law per field over its c.IDs/c.Fields ids,
 // field f's ids after field f-1's), and is positive with probability
 // σ(m) for a hidden factorization machine
@@ -242,7 +242,12 @@ func synthesizeFields(c SynthConfig, train, test io.Writer) (SynthStats, error) 
 			st.NNZ += F
 			buf = strconv.AppendInt(buf[:0], int64(y), 10)
 			for f, id := range ids {
-				buf = append(buf, ' ')
+				// (A tab after the label, as xflow's reader needs.)
+				if f == 0 {
+					buf = append(buf, '\t')
+				} else {
+					buf = append(buf, ' ')
+				}
 				buf = strconv.AppendInt(buf, int64(f), 10)
 				buf = append(buf, ':')
 				buf = strconv.AppendUint(buf, id, 10)

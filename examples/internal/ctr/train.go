@@ -52,6 +52,7 @@ type trainer struct {
 	checkpoint func(meta string) error
 	step       int // training steps done, over all folds
 	round      int // statistics rounds used (the census is round 0)
+	quiet      int // epochs ended without an evaluation (-eval-every)
 	scratch    [][]float32
 
 	// A factor model's (fac not nil): the worker of its factors (app 1)
@@ -92,9 +93,10 @@ func (t *trainer) control(kind, step int, vals func(app int) []float32) error {
 // same returns vals for every app, for control.
 func same(vals []float32) func(int) []float32 { return func(int) []float32 { return vals } }
 
-// appendVKeys appends the factor keys of feats for fold.
+// appendVKeys appends the factor keys of feats for fold, one per feature
+// (each with K values).
 func (t *trainer) appendVKeys(keys []uint64, feats []int32, fold int) []uint64 {
-	return t.fac.vLayout().appendKeys(keys, feats, t.vocab.IDs, uint64(fold)*t.vNumKeys)
+	return Weights{C: 1}.appendKeys(keys, feats, t.vocab.IDs, uint64(fold)*t.vNumKeys)
 }
 
 // binary reports whether the model is binary logistic regression.
@@ -198,7 +200,7 @@ func (t *trainer) score(e *evalSet) (*Metrics, error) {
 		return EvaluateAll(e.batch, t.layout, e.w, t.binary()), nil
 	}
 	e.w = slices.Grow(e.w[:0], len(e.keys))[:len(e.keys)]
-	e.v = slices.Grow(e.v[:0], len(e.vkeys))[:len(e.vkeys)]
+	e.v = slices.Grow(e.v[:0], len(e.vkeys)*t.fac.K)[:len(e.vkeys)*t.fac.K]
 	tw, err := t.kvw.ZPull(e.keys, &e.w, nil, kv.WithCmd(command(kindFinal, 0)))
 	if err != nil {
 		return nil, err
@@ -316,11 +318,12 @@ func (t *trainer) trainFold(p foldPlan) ([]EpochResult, error) {
 
 	var results []EpochResult
 	bestLoss, bestEpoch := math.Inf(1), -1
+	// The training figures since the last evaluation.
+	start := time.Now()
+	var lossSum float64
+	var correct, n int
 	for epoch := 0; epoch < cfg.Epochs; epoch++ {
-		order := Permutation(len(batches), cfg.Seed^uint64(1+t.rank)<<20^uint64(t.round)<<40)
-		start := time.Now()
-		var lossSum float64
-		var correct, n int
+		order := Permutation(len(batches), cfg.Seed^uint64(1+t.rank)<<20^uint64(t.round+t.quiet)<<40)
 		first := t.step
 		if first+steps > maxStep {
 			return nil, fmt.Errorf("more than %d steps", maxStep)
@@ -342,7 +345,7 @@ func (t *trainer) trainFold(p foldPlan) ([]EpochResult, error) {
 			sl.pullTS = ts
 			if t.fac != nil {
 				sl.vkeys = t.appendVKeys(sl.vkeys[:0], sl.batch.Feats, p.fold)
-				sl.v = slices.Grow(sl.v[:0], len(sl.vkeys))[:len(sl.vkeys)]
+				sl.v = slices.Grow(sl.v[:0], len(sl.vkeys)*t.fac.K)[:len(sl.vkeys)*t.fac.K]
 				if sl.vPullTS, err = t.kvv.ZPull(sl.vkeys, &sl.v, nil, kv.WithCmd(command(kindTrain, sl.step))); err != nil {
 					return fmt.Errorf("step %d: pull of the factors: %w", sl.step, err)
 				}
@@ -362,15 +365,17 @@ func (t *trainer) trainFold(p foldPlan) ([]EpochResult, error) {
 			}
 			// The gradient buffer: the weights' gradient, room for a
 			// learning-rate value per server, then (a factor model) the
-			// factors' and their rates, so that each push sends a part of
+			// factors' gradient and their control keys' K values per
+			// server (the rate first), so that each push sends a part of
 			// it as it is.
 			S := t.servers
-			nk, nv := len(sl.keys), 0
+			nk, nv, K := len(sl.keys), 0, 1
 			if t.fac != nil {
 				if err := t.kvv.Wait(sl.vPullTS); err != nil {
 					return nil, fmt.Errorf("step %d: pull of the factors: %w", sl.step, err)
 				}
-				nv = len(sl.vkeys) + S
+				K = t.fac.K
+				nv = (len(sl.vkeys) + S) * K
 			}
 			sl.grad = slices.Grow(sl.grad[:0], nk+S+nv)[:nk+S+nv]
 			clear(sl.grad)
@@ -397,7 +402,7 @@ func (t *trainer) trainFold(p foldPlan) ([]EpochResult, error) {
 				sl.grad[nk+sv] = rate
 				if t.fac != nil {
 					sl.vkeys = append(sl.vkeys, ctrlBase+uint64(sv))
-					sl.grad[nk+S+nv-S+sv] = rate
+					sl.grad[nk+S+nv-(S-sv)*K] = rate
 				}
 			}
 			ts, err := t.kvw.ZPush(sl.keys, sl.grad[:nk+S], nil, kv.WithCmd(command(kindTrain, sl.step)))
@@ -423,6 +428,11 @@ func (t *trainer) trainFold(p foldPlan) ([]EpochResult, error) {
 			}
 		}
 		t.step += steps
+		if cfg.EvalEvery > 1 && (epoch+1)%cfg.EvalEvery != 0 && epoch != cfg.Epochs-1 {
+			// No evaluation after this epoch: the workers go on at once.
+			t.quiet++
+			continue
+		}
 		elapsed := time.Since(start)
 
 		// Every worker's pushes are in once all reports are: then score.
@@ -492,6 +502,7 @@ func (t *trainer) trainFold(p foldPlan) ([]EpochResult, error) {
 		r.setTest(mt)
 		r.Valid = mv
 		results = append(results, r)
+		start, lossSum, correct, n = time.Now(), 0, 0, 0
 		if t.rank == 0 {
 			t.printEpoch(r)
 		}
@@ -565,7 +576,7 @@ func (t *trainer) dumpModel(withState bool) (*Model, error) {
 		return nil, err
 	}
 	C := uint64(t.layout.C)
-	m := &Model{Labels: *t.labels, Bias: t.cfg.Bias, HashBits: t.cfg.HashBits}
+	m := &Model{Labels: *t.labels, Bias: t.cfg.Bias, HashBits: t.cfg.HashBits, Binary: t.cfg.Binary}
 	if withState {
 		m.Z, m.N = []float64{}, []float64{}
 	}
@@ -627,7 +638,7 @@ func (t *trainer) dumpFactors(m *Model) error {
 	for i := 0; i+8 <= len(vals); i += 8 {
 		k := unpackUint64(vals[i:])
 		v := float32(unpackFloat64(vals[i+2:]))
-		if k >= t.vNumKeys {
+		if k >= t.vNumKeys*K {
 			continue // another fold's
 		}
 		id := k / K

@@ -96,7 +96,7 @@ func work(po *postoffice.Postoffice, cfg *Config, out io.Writer) error {
 	}
 	begin := time.Now()
 	vocab := NewVocab()
-	o := ReadOptions{Rank: rank, Workers: workers, HashBits: cfg.HashBits, Vocab: vocab, Limit: cfg.TrainLimit}
+	o := ReadOptions{Rank: rank, Workers: workers, HashBits: cfg.HashBits, Vocab: vocab, Limit: cfg.TrainLimit, Binary: cfg.Binary}
 	train, err := LoadData(cfg.Train, o)
 	if err != nil {
 		return err
@@ -113,9 +113,9 @@ func work(po *postoffice.Postoffice, cfg *Config, out io.Writer) error {
 		if init, err = readModelFile(cfg.InitModel); err != nil {
 			return err
 		}
-		if init.HashBits != cfg.HashBits || init.Bias != cfg.Bias {
-			return fmt.Errorf("%s: a model of -hash-bits=%d -bias=%g cannot start a run of -hash-bits=%d -bias=%g",
-				cfg.InitModel, init.HashBits, init.Bias, cfg.HashBits, cfg.Bias)
+		if init.HashBits != cfg.HashBits || init.Bias != cfg.Bias || init.Binary != cfg.Binary {
+			return fmt.Errorf("%s: a model of -hash-bits=%d -bias=%g -binary=%v cannot start a run of -hash-bits=%d -bias=%g -binary=%v",
+				cfg.InitModel, init.HashBits, init.Bias, init.Binary, cfg.HashBits, cfg.Bias, cfg.Binary)
 		}
 		if cfg.Opt == "ftrl" && init.Z == nil && len(init.W) > 0 {
 			return fmt.Errorf("%s: the model has no FTRL state (trained with sgd?); FTRL would start it from zero", cfg.InitModel)
@@ -262,8 +262,8 @@ func work(po *postoffice.Postoffice, cfg *Config, out io.Writer) error {
 			}
 		}
 		t.fac = &fc
-		t.vNumKeys = fc.vKeys(maxID)
-		if t.vNumKeys > statsBase/folds {
+		t.vNumKeys = maxID + 1
+		if t.vNumKeys > statsBase/folds/uint64(fc.K) {
 			return fmt.Errorf("feature ids up to %d × %d factors × %d folds do not fit below key %d", maxID, fc.K, folds, statsBase)
 		}
 		if err := t.kvv.SetSlicer(keyRouter{numKeys: t.vNumKeys}.Slicer); err != nil {
@@ -421,7 +421,7 @@ func (t *trainer) finish(results []EpochResult, wall time.Duration) error {
 			cfg.CV, pooled.Acc(), int(pooled.Correct), int(pooled.N), pooled.Loss(), aucText(pooled), epochsText(cfg.Epochs), examples, wall.Seconds(), rate)
 	} else {
 		final := last
-		which := "after " + epochsText(len(results))
+		which := "after " + epochsText(last.Epoch+1)
 		if cfg.EarlyStop > 0 && last.Valid != nil {
 			best := 0
 			for i, r := range results {
@@ -633,7 +633,7 @@ func predict(cfg *Config, out io.Writer) error {
 
 // convert writes a data set (e.g. IDX images) as LIBSVM text.
 func convert(cfg *Config, out io.Writer) error {
-	d, err := LoadData(cfg.Data, ReadOptions{Limit: cfg.Limit, HashBits: cfg.HashBits})
+	d, err := LoadData(cfg.Data, ReadOptions{Limit: cfg.Limit, HashBits: cfg.HashBits, Binary: cfg.Binary})
 	if err != nil {
 		return err
 	}
