@@ -48,7 +48,6 @@ type Factors struct {
 	Views int    // kindMVM: views 0..Views-1 (the data's fields)
 }
 
-
 // fmScratch holds a row's per-factor sums.
 type fmScratch struct {
 	s    []float64 // FM: Σ_i v_if x_i; MVM: per view and factor, s[p·K+f]

@@ -237,7 +237,7 @@ func (s *Store) SetInit(std float64, seed uint64) {
 // SetDim makes every model key carry dim values (a feature's factors):
 // training pushes and pulls have dim values per key, and the store keeps
 // value j of key k as its own parameter k·dim+j, with its own optimiser
-// state, the dim of a key next to each other in its table. Control keys
+// state, a key's values side by side in its table (one run). Control keys
 // keep their own formats; a training push's control key carries the
 // learning-rate scale as the first of its dim values. Call it before the
 // store serves.
@@ -718,8 +718,9 @@ func (s *Store) push(worker, step int, data kv.KVPairs[float32]) error {
 	}
 	share := 1 / float64(s.workers)
 	for i, k := range model {
-		for j := 0; j < d; j++ {
-			s.opt.Update(&s.entry(k*uint64(d)+uint64(j)).p, float64(grads[i*d+j]), share, rate)
+		run := s.run(k)
+		for j := range run {
+			s.opt.Update(&run[j].p, float64(grads[i*d+j]), share, rate)
 		}
 	}
 	if s.mode == SSP {
@@ -792,11 +793,21 @@ func (s *Store) addToStep(b *stepBuf, k uint64, g float64) {
 
 // entry returns key k's entry, creating it on first touch.
 func (s *Store) entry(k uint64) *entry {
-	e, created := s.params.get(k)
+	r, j := s.params.split(k)
+	return &s.run(r)[j]
+}
+
+// run returns the entries of model key r's values, creating them on first
+// touch, each at its start.
+func (s *Store) run(r uint64) []entry {
+	run, created := s.params.getRun(r)
 	if created && s.initStd > 0 {
-		e.p = s.opt.Start(initFactor(k, s.initSeed, s.initStd))
+		g := uint64(len(run))
+		for x := range run {
+			run[x].p = s.opt.Start(initFactor(r*g+uint64(x), s.initSeed, s.initStd))
+		}
 	}
-	return e
+	return run
 }
 
 // ready reports whether a pull of keys (of parts) of the given kind at step
@@ -847,12 +858,14 @@ func (s *Store) values(keys []uint64) kv.KVPairs[float32] {
 			res.Vals[i*d] = s.stats[statsRound(k)][k]
 			continue
 		}
-		for j := 0; j < d; j++ {
-			p := k*uint64(d) + uint64(j)
-			if e := s.params.find(p); e != nil {
-				res.Vals[i*d+j] = float32(e.p.W)
-			} else if s.initStd > 0 {
-				res.Vals[i*d+j] = float32(initFactor(p, s.initSeed, s.initStd))
+		out := res.Vals[i*d : (i+1)*d]
+		if run := s.params.findRun(k); run != nil {
+			for j := range out {
+				out[j] = float32(run[j].p.W)
+			}
+		} else if s.initStd > 0 {
+			for j := range out {
+				out[j] = float32(initFactor(k*uint64(d)+uint64(j), s.initSeed, s.initStd))
 			}
 		}
 	}
@@ -943,36 +956,61 @@ type entry struct {
 // entries. It holds only the keys pushed, however sparse they are (hashed
 // features spread a few keys over a large space): 48-byte entries, at most
 // 3/4 full, so 64 to 128 bytes per key.
+//
+// Keys come in runs of group (1 unless set): keys r·group+j, j < group,
+// are the values of one model key r (a feature's factors), created
+// together and kept in consecutive entries, so that a run costs one
+// search and shares cache lines.
 type table struct {
-	slots []entry
-	n     int
-	shift uint // 64 - log2(len(slots))
-	// group, when above 1, is the length of the runs of keys used
-	// together (a feature's factors: keys f·group+j): a run's searches
-	// start in consecutive slots, so that its entries share cache lines
-	// instead of costing a cache miss each.
-	group uint64
+	slots []entry // runs of group entries
+	n     int     // entries held
+	runs  int     // runs held
+	shift uint    // 64 - log2(len(slots)/group)
+	group uint64  // 0 means 1
 }
 
-// home returns the slot where the search for key k starts (Fibonacci
-// hashing, of k's run when the table has groups).
-func (t *table) home(k uint64) uint64 {
-	if t.group > 1 {
-		return (((k/t.group)*0x9e3779b97f4a7c15)>>t.shift + k%t.group) & uint64(len(t.slots)-1)
+// width returns the entries per run.
+func (t *table) width() uint64 { return max(t.group, 1) }
+
+// home returns the run slot where the search for run r starts (Fibonacci
+// hashing).
+func (t *table) home(r uint64) uint64 { return (r * 0x9e3779b97f4a7c15) >> t.shift }
+
+// split returns key k's run and place in it.
+func (t *table) split(k uint64) (r, j uint64) {
+	if g := t.width(); g > 1 {
+		return k / g, k % g
 	}
-	return (k * 0x9e3779b97f4a7c15) >> t.shift
+	return k, 0
 }
 
 // find returns key k's entry, or nil when k was never pushed.
 func (t *table) find(k uint64) *entry {
-	if t.n == 0 {
+	r, j := t.split(k)
+	return t.findValue(r, j)
+}
+
+// findValue returns entry j of run r, or nil when the run was never
+// pushed.
+func (t *table) findValue(r, j uint64) *entry {
+	if run := t.findRun(r); run != nil {
+		return &run[j]
+	}
+	return nil
+}
+
+// findRun returns the entries of run r, or nil when it was never pushed.
+func (t *table) findRun(r uint64) []entry {
+	if t.runs == 0 {
 		return nil
 	}
-	mask := uint64(len(t.slots) - 1)
-	for i := t.home(k); ; i = (i + 1) & mask {
-		e := &t.slots[i]
-		if e.key == k+1 {
-			return e
+	g := t.width()
+	mask := uint64(len(t.slots))/g - 1
+	first := r*g + 1 // the key (+1) of the run's first entry
+	for i := t.home(r); ; i = (i + 1) & mask {
+		e := &t.slots[i*g]
+		if e.key == first {
+			return t.slots[i*g : (i+1)*g]
 		}
 		if e.key == 0 {
 			return nil
@@ -980,41 +1018,60 @@ func (t *table) find(k uint64) *entry {
 	}
 }
 
-// get returns key k's entry, creating it (all zero) when new.
+// get returns key k's entry, creating its run (all zero) when new;
+// created reports that.
 func (t *table) get(k uint64) (e *entry, created bool) {
-	if 4*(t.n+1) > 3*len(t.slots) {
+	r, j := t.split(k)
+	return t.getValue(r, j)
+}
+
+// getValue is get of entry j of run r.
+func (t *table) getValue(r, j uint64) (e *entry, created bool) {
+	run, created := t.getRun(r)
+	return &run[j], created
+}
+
+// getRun returns the entries of run r, creating them (all zero) when new.
+func (t *table) getRun(r uint64) (run []entry, created bool) {
+	g := t.width()
+	if 4*(t.runs+1) > 3*len(t.slots)/int(g) {
 		t.grow()
 	}
-	mask := uint64(len(t.slots) - 1)
-	for i := t.home(k); ; i = (i + 1) & mask {
-		e := &t.slots[i]
-		if e.key == k+1 {
-			return e, false
+	mask := uint64(len(t.slots))/g - 1
+	first := r*g + 1
+	for i := t.home(r); ; i = (i + 1) & mask {
+		e := &t.slots[i*g]
+		if e.key == first {
+			return t.slots[i*g : (i+1)*g], false
 		}
 		if e.key == 0 {
-			e.key = k + 1
-			t.n++
-			return e, true
+			for x := uint64(0); x < g; x++ {
+				t.slots[i*g+x].key = first + x
+			}
+			t.n += int(g)
+			t.runs++
+			return t.slots[i*g : (i+1)*g], true
 		}
 	}
 }
 
 // grow doubles the table.
 func (t *table) grow() {
+	g := t.width()
 	old := t.slots
-	n := max(1024, 2*len(old))
-	t.slots = make([]entry, n)
+	n := max(1024, 2*len(old)/int(g))
+	t.slots = make([]entry, n*int(g))
 	t.shift = uint(64 - bits.TrailingZeros(uint(n)))
 	mask := uint64(n - 1)
-	for _, e := range old {
-		if e.key == 0 {
+	for o := 0; o < len(old); o += int(g) {
+		if old[o].key == 0 {
 			continue
 		}
-		i := t.home(e.key - 1)
-		for t.slots[i].key != 0 {
+		i := t.home((old[o].key - 1) / g)
+		for t.slots[i*g].key != 0 {
 			i = (i + 1) & mask
 		}
-		t.slots[i] = e
+		copy(t.slots[i*g:(i+1)*g], old[o:o+int(g)])
 	}
 }
 

@@ -163,9 +163,11 @@ func Synthesize(c SynthConfig, train, test io.Writer) (SynthStats, error) {
 }
 
 // synthesizeFields writes CTR-like libffm data ("label<TAB>field:id:1
-// ...", labels 1 and 0, as xflow reads it): each example has one value in each of c.Fields fields,
-// drawn by popularity (a Zipf law per field over its c.IDs/c.Fields ids,
-// field f's ids after field f-1's), and is positive with probability
+// ...", labels 1 and 0, as xflow reads it): each example has one value in
+// each of c.Fields fields, drawn by popularity (per field a Zipf law over
+// its c.IDs/c.Fields ids, rank r drawn ∝ (1+r)^-c.Zipf, so that a field's
+// most popular values are frequent, as in click logs; field f's ids come
+// after field f-1's), and is positive with probability
 // σ(m) for a hidden factorization machine
 //
 //	m = b + Σ_i w_i + Σ_{i<j} <v_i, v_j>
@@ -200,7 +202,7 @@ func synthesizeFields(c SynthConfig, train, test io.Writer) (SynthStats, error) 
 	}
 	zipfs := make([]*rand.Zipf, F)
 	for f := range zipfs {
-		zipfs[f] = rand.NewZipf(r, c.Zipf, c.ZipfV, uint64(per-1))
+		zipfs[f] = rand.NewZipf(r, c.Zipf, 1, uint64(per-1))
 	}
 	ids := make([]uint64, F)
 	sum := make([]float64, K)
