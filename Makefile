@@ -72,6 +72,7 @@ nocgo:
 demo: build
 	scripts/local.sh 2 2 $(BUILD)/test_kv_app
 	bash examples/lr/demo.sh
+	bash examples/fm/demo.sh
 
 proto:
 	@test -x $(GOBIN)/protoc-gen-go || $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)

@@ -468,7 +468,7 @@ func (t *trainer) finish(results []EpochResult, wall time.Duration) error {
 		}
 	}
 	if cfg.PlotPath != "" {
-		title := fmt.Sprintf("%s: %d workers, %s, %s", baseName(cfg.Train), t.workers, syncName(cfg), optName(cfg))
+		title := fmt.Sprintf("%s on %s: %d workers, %s, %s", cfg.Program, baseName(cfg.Train), t.workers, syncName(cfg), optName(cfg))
 		test := "test"
 		if cfg.CV > 0 {
 			test = "held-out folds"
