@@ -2,6 +2,8 @@ package ctr
 
 import (
 	"bytes"
+	"fmt"
+	"github.com/gopslite/pslite/internal/testcluster"
 	"github.com/gopslite/pslite/kv"
 	"github.com/gopslite/pslite/message"
 	"io"
@@ -12,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // randomFieldBatch returns a batch of rows over nf features with values and
@@ -310,4 +313,61 @@ func BenchmarkStoreFactors(b *testing.B) {
 		vals += 20 * len(keys)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(vals), "ns/value")
+}
+
+// TestFactorManagedJobs checks that a factor model's two apps are kept like
+// lr's one: under BSP with 3 servers, each range on two of them
+// (PS_REPLICAS=1), the model is the one of the job without replication
+// bit for bit, with a server killed mid-way too; with PS_CHECKPOINT_DIR a
+// job launched again resumes both apps (on 2 servers and on 3).
+func TestFactorManagedJobs(t *testing.T) {
+	train, test := ctrData(t)
+	args := func(epochs int) []string {
+		return []string{kindFM, "-train=" + train, "-test=" + test, "-train-limit=6000", "-opt=ftrl", "-alpha=1",
+			"-batch=200", "-sync=bsp", "-factors=4", fmt.Sprintf("-epochs=%d", epochs)}
+	}
+	plain := inProcessJob(t, 3, 2, args(2), nil, nil)
+	managed := inProcessJob(t, 3, 2, args(2), replicas(1), nil)
+	lost := inProcessJob(t, 3, 2, args(2), replicas(1), func(c *testcluster.Cluster, stores []*Store) []int {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			if st, _ := stores[1].Stats(); st.StepsApplied >= 8 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the job does not train")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		c.Network.Kill(testcluster.Addr(c.Servers[1]))
+		return []int{1}
+	})
+	if !bytes.Contains(plain.model, []byte("\nv ")) {
+		t.Fatalf("a model without factors:\n%.500s", plain.model)
+	}
+	for name, r := range map[string]jobResult{"PS_REPLICAS=1": managed, "PS_REPLICAS=1, server 1 killed": lost} {
+		if !bytes.Equal(r.model, plain.model) {
+			t.Errorf("%s: the model differs from the one without replication", name)
+		}
+		if a, b := finalLine(t, r.out), finalLine(t, plain.out); a != b {
+			t.Errorf("%s: %q, without replication %q", name, a, b)
+		}
+	}
+
+	dir := t.TempDir()
+	first := inProcessJob(t, 2, 2, args(1), checkpointDir(dir), nil)
+	more := copyDir(t, dir)
+	resumed := inProcessJob(t, 2, 2, args(1), checkpointDir(dir), nil)
+	wider := inProcessJob(t, 3, 2, args(1), both(checkpointDir(more), replicas(1)), nil)
+	for name, r := range map[string]jobResult{"2 servers": resumed, "3 servers, PS_REPLICAS=1": wider} {
+		if !strings.Contains(r.out, "fm: the servers resumed from snapshot 1") {
+			t.Errorf("%s: no resume:\n%s", name, r.out)
+		}
+		if a, b := epochLoss(t, r.out), epochLoss(t, first.out); a >= b {
+			t.Errorf("%s: the first epoch's test loss %.4f, from scratch %.4f: not a warm start", name, a, b)
+		}
+	}
+	if !bytes.Equal(resumed.model, wider.model) {
+		t.Error("resumed on 3 servers, the job trains another model than on 2")
+	}
 }
