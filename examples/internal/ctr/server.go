@@ -174,6 +174,7 @@ type ServerStats struct {
 	MaxHeld         time.Duration // the longest wait
 	StepsApplied    int           // BSP: steps applied (over the parts the server held)
 	Keys            int           // model keys held
+	Dim             int           // values per model key (SetDim)
 	BufferedMaxKeys int           // BSP: most keys buffered for one step
 }
 
@@ -904,7 +905,7 @@ func (s *Store) Stats() (ServerStats, []error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.st
-	st.Keys = s.params.n
+	st.Keys, st.Dim = s.params.runs, max(s.dim, 1)
 	return st, append([]error(nil), s.errs...)
 }
 
@@ -928,7 +929,11 @@ func (s *Store) HeldPulls() int {
 // Summary describes what the server did, for its last output line.
 func (st ServerStats) Summary(mode SyncMode) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d keys, %d pushes, %d pulls", st.Keys, st.Pushes, st.Pulls)
+	fmt.Fprintf(&b, "%d keys", st.Keys)
+	if st.Dim > 1 {
+		fmt.Fprintf(&b, " of %d values", st.Dim)
+	}
+	fmt.Fprintf(&b, ", %d pushes, %d pulls", st.Pushes, st.Pulls)
 	if mode != ASP {
 		mean := time.Duration(0)
 		if st.Held > 0 {
