@@ -340,23 +340,45 @@ func (r *replicated[V]) batch(msg *message.Message, sender int, p []byte) {
 	if err == nil {
 		msg.Own() // the entries outlive the handler in the core
 	}
+	var fs []*replica.Forward[*entry[V]]
+	if err == nil {
+		fs, err = r.batchForwards(msg, sender, list)
+	}
+	if err != nil {
+		r.warn.Warn().Err(err).Str("from", message.DescribeID(sender)).Msg("dropping a malformed batch of entries")
+		return
+	}
+	for _, f := range fs {
+		r.run(r.core.Forward(f))
+	}
+}
+
+// batchForwards turns a batch's entries into forwards for the core. The
+// entries keep msg's frames (the caller owns msg for them) and a copy of
+// its type list: the message's lives in the message, which is recycled
+// once the handler returns, while an entry may be kept (for a newer view,
+// or ahead of its turn) and passed on later.
+func (r *replicated[V]) batchForwards(msg *message.Message, sender int, list []batchedForward) ([]*replica.Forward[*entry[V]], error) {
 	fs := make([]*replica.Forward[*entry[V]], 0, len(list))
+	dataTypes := slices.Clone(msg.Meta.DataTypes)
 	var off [3]int
-	for i := 0; err == nil && i < len(list); i++ {
+	for i := range list {
 		h := &list[i]
 		if h.f.From != message.IDToRank(sender) {
-			err = fmt.Errorf("sent by %s on behalf of server %d", message.DescribeID(sender), h.f.From)
-			break
+			return nil, fmt.Errorf("sent by %s on behalf of server %d", message.DescribeID(sender), h.f.From)
 		}
 		frames := make([][]byte, h.frames)
 		for j := range frames {
 			frames[j] = msg.Data[j][off[j] : off[j]+h.sizes[j] : off[j]+h.sizes[j]]
 			off[j] += h.sizes[j]
 		}
-		types := msg.Meta.DataTypes[:h.frames:h.frames]
+		types := dataTypes[:h.frames:h.frames]
 		var data KVPairs[V]
 		if h.f.Kind == replica.EntryRequest {
-			data, err = decodeFrames[V](frames, types, h.push)
+			var err error
+			if data, err = decodeFrames[V](frames, types, h.push); err != nil {
+				return nil, err
+			}
 		}
 		e := &entry[V]{
 			meta: KVMeta{Cmd: int(h.cmd), Push: h.push, Pull: h.pull, Sender: int(h.f.Origin.Sender),
@@ -366,13 +388,7 @@ func (r *replicated[V]) batch(msg *message.Message, sender int, p []byte) {
 		fs = append(fs, &replica.Forward[*entry[V]]{From: h.f.From, Inc: h.f.Inc, Epoch: h.f.Epoch, Range: h.f.Range,
 			LSN: h.f.LSN, Kind: h.f.Kind, Gen: h.f.Gen, Origin: h.f.Origin, Payload: e})
 	}
-	if err != nil {
-		r.warn.Warn().Err(err).Str("from", message.DescribeID(sender)).Msg("dropping a malformed batch of entries")
-		return
-	}
-	for _, f := range fs {
-		r.run(r.core.Forward(f))
-	}
+	return fs, nil
 }
 
 // run carries out the core's outputs in order.

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/replica"
 )
 
@@ -78,4 +79,40 @@ func FuzzParseBatch(f *testing.F) {
 			t.Fatalf("accepted %d forwards", len(list))
 		}
 	})
+}
+
+// The entries of a received batch outlive its message, which the customer
+// recycles once the handler returns: the core may keep an entry (for a
+// newer view, or ahead of its turn) and pass it on later. Each entry must
+// own its frames' type list: entries that shared the message's found it
+// wiped when they were passed on, and the next server dropped them as
+// malformed, stalling the chain (TestReplicatedKillDuringCopy failed about
+// one run in four).
+func TestBatchEntriesOwnTheirTypes(t *testing.T) {
+	keys := message.Frame([]uint64{1, 2, 3, 4})
+	vals := message.Frame([]float32{0.5, 1.5, 2.5, 3.5})
+	msg := message.Get()
+	msg.Data = [][]byte{keys, vals}
+	msg.Meta.DataTypes = []message.DataType{message.Uint64, message.Float}
+	sender := message.ServerRankToID(1)
+	list := []batchedForward{
+		{forwardHeader{f: replica.Forward[struct{}]{From: 1, LSN: 1, Kind: replica.EntryRequest}, push: true}, 2, [3]int{16, 8}},
+		{forwardHeader{f: replica.Forward[struct{}]{From: 1, LSN: 2, Kind: replica.EntryRequest}, push: true}, 2, [3]int{16, 8}},
+	}
+	r := &replicated[float32]{}
+	fs, err := r.batchForwards(msg, sender, list)
+	if err != nil || len(fs) != 2 {
+		t.Fatalf("%d forwards, %v", len(fs), err)
+	}
+	// What recycling does to the message's type list.
+	clear(msg.Meta.DataTypes)
+	for i, f := range fs {
+		e := f.Payload
+		if !reflect.DeepEqual(e.types, []message.DataType{message.Uint64, message.Float}) {
+			t.Errorf("entry %d: types %v after the message was recycled", i, e.types)
+		}
+		if _, err := decodeFrames[float32](e.frames, e.types, true); err != nil {
+			t.Errorf("entry %d no longer decodes: %v", i, err)
+		}
+	}
 }

@@ -3,7 +3,6 @@ package faults_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -195,14 +194,6 @@ func TestReplicatedKillDuringCopy(t *testing.T) {
 	for _, k := range steps {
 		for _, second := range []int{0, 2} {
 			t.Run(fmt.Sprintf("kill server %d after %d steps", second, k), func(t *testing.T) {
-				if second == 2 && os.Getenv("PSLITE_FLAKY") == "" {
-					// An open bug, found at the end of a session: in some
-					// runs (about a third, without -race) the replacement
-					// stops hearing the scheduler once server 2 dies
-					// ("nothing heard from it for 5s") and the job cannot
-					// go on. Server 0's kills still run here.
-					t.Skip("known bug: the replacement loses the scheduler when server 2 dies during its copy; PSLITE_FLAKY=1 runs it")
-				}
 				e := newEnv(t, 4, 2, both(replicas(2), heartbeats(hbTimeout)))
 				e.startWorkers()
 				e.waitRounds(2)
