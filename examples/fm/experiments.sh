@@ -127,10 +127,18 @@ theirs() {
 # median of the numbers on stdin.
 median() { sort -g | awk '{a[NR] = $1} END {if (NR == 0) print "-"; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
+# quartiles of the numbers on stdin: "median [Q1, Q3]" (nearest rank).
+quartiles() {
+  sort -g | awk '{a[NR] = $1} END {
+    q1 = a[int((NR + 3) / 4)]; q3 = a[NR + 1 - int((NR + 3) / 4)]
+    m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2
+    printf "%.2fx [%.2f, %.2f]", m, q1, q3 }'
+}
+
 versus() {
   echo
   echo "ours against xflow, 2 servers x 2 workers, $ROUNDS rounds alternated, medians (load: $(cut -d' ' -f1-3 /proc/loadavg))"
-  echo "| data | model | AUC ours | AUC xflow | log loss ours | log loss xflow | wall ours s | wall xflow s | ratio | server MB ours | server MB xflow |"
+  echo "| data | model | AUC ours | AUC xflow | log loss ours | log loss xflow | wall ours s | wall xflow s | wall ratio, per round [Q1, Q3] | server MB ours | server MB xflow |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|"
   local set model epochs
   for set in ${SETS:-small gen}; do
@@ -150,8 +158,10 @@ versus() {
       done
       local name="xflow's data/ ($epochs epochs)"
       [ "$set" = gen ] && name="generated, $GEN_ROWS rows ($epochs epochs)"
-      printf "| %s | %s | %s | %s | %s | %s | %.2f | %.2f | %.2fx | %s | %s |\n" "$name" "$model" \
-        "${o[1]}" "${x[1]}" "${o[2]}" "${x[2]}" "${o[3]}" "${x[3]}" "$(echo "${o[3]} / ${x[3]}" | bc -l)" "${o[4]}" "${x[4]}"
+      local ratios
+      ratios=$(paste -d' ' <(cut -d' ' -f3 "$W/o") <(cut -d' ' -f3 "$W/x") | awk '{print $1 / $2}' | quartiles)
+      printf "| %s | %s | %s | %s | %s | %s | %.2f | %.2f | %s | %s | %s |\n" "$name" "$model" \
+        "${o[1]}" "${x[1]}" "${o[2]}" "${x[2]}" "${o[3]}" "${x[3]}" "$ratios" "${o[4]}" "${x[4]}"
     done
   done
 }

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/gopslite/pslite/kv"
 	"github.com/gopslite/pslite/message"
@@ -1060,8 +1062,20 @@ func (t *table) getRun(r uint64) (run []entry, created bool) {
 	}
 }
 
+// releaseAbove is the size of a table (bytes) whose growth gives the
+// memory of the old one back to the system at once: the garbage collector
+// would otherwise let the heap reach twice the live table before it runs,
+// and the runtime keeps freed pages a while, so that a server's RSS was
+// about three times its model.
+const releaseAbove = 32 << 20
+
 // grow doubles the table.
 func (t *table) grow() {
+	defer func() {
+		if len(t.slots)*int(unsafe.Sizeof(entry{})) > releaseAbove {
+			debug.FreeOSMemory() // the old slots are garbage by now
+		}
+	}()
 	g := t.width()
 	old := t.slots
 	n := max(1024, 2*len(old)/int(g))
