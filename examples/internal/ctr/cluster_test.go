@@ -41,15 +41,20 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// lrBinary builds the program once per test run.
-func lrBinary(t *testing.T) string {
+// lrBinary builds the programs (lr, fm, mvm) once per test run and
+// returns lr's path.
+func lrBinary(t *testing.T) string { return programBinary(t, kindLR) }
+
+// programBinary builds the programs once per test run and returns the
+// path of one.
+func programBinary(t *testing.T, program string) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		if binDir, buildErr = os.MkdirTemp("", "lr-bin"); buildErr != nil {
 			return
 		}
 		binPath = filepath.Join(binDir, "lr")
-		out, err := exec.Command("go", "build", "-o", binPath, "../../lr").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", binDir+"/", "../../lr", "../../fm", "../../mvm").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
@@ -57,7 +62,7 @@ func lrBinary(t *testing.T) string {
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
-	return binPath
+	return filepath.Join(binDir, program)
 }
 
 // needFile skips the test when path is missing.
@@ -78,7 +83,14 @@ func job(t *testing.T, servers, workers int, args ...string) string {
 // jobEnv is job with variables added to the environment.
 func jobEnv(t *testing.T, env []string, servers, workers int, args ...string) string {
 	t.Helper()
-	cmdArgs := append([]string{fmt.Sprint(servers), fmt.Sprint(workers), lrBinary(t)}, args...)
+	return programJob(t, kindLR, env, servers, workers, args...)
+}
+
+// programJob runs "scripts/local.sh servers workers PROGRAM args..." with
+// env added and returns its output; the test fails when the job fails.
+func programJob(t *testing.T, program string, env []string, servers, workers int, args ...string) string {
+	t.Helper()
+	cmdArgs := append([]string{fmt.Sprint(servers), fmt.Sprint(workers), programBinary(t, program)}, args...)
 	cmd := exec.Command(filepath.Join("..", "..", "..", "scripts", "local.sh"), cmdArgs...)
 	cmd.Env = append(append(os.Environ(), "PS_LOCAL_TIMEOUT=90", "PS_START_TIMEOUT=30"), env...)
 	var buf bytes.Buffer

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -369,5 +370,41 @@ func TestFactorManagedJobs(t *testing.T) {
 	}
 	if !bytes.Equal(resumed.model, wider.model) {
 		t.Error("resumed on 3 servers, the job trains another model than on 2")
+	}
+}
+
+// TestFactorCluster trains fm and mvm as real processes through
+// scripts/local.sh (2 servers, 2 workers, BSP, libffm data), then scores
+// fm's model with the stand-alone predict mode: it must give the job's own
+// test figures.
+func TestFactorCluster(t *testing.T) {
+	train, test := ctrData(t)
+	model := filepath.Join(t.TempDir(), "fm.model")
+	args := []string{"-train=" + train, "-test=" + test, "-train-limit=20000", "-opt=ftrl", "-alpha=1", "-batch=200",
+		"-sync=bsp", "-epochs=3", "-factors=4"}
+	aucs := map[string]float64{}
+	for _, prog := range []string{kindLR, kindFM, kindMVM} {
+		a := args
+		if prog == kindFM {
+			a = append(a, "-model="+model)
+		}
+		out := programJob(t, prog, nil, 2, 2, a...)
+		aucs[prog] = aucOf(t, out)
+		t.Logf("%s: %s", prog, finalLine(t, out))
+		if prog == kindFM {
+			final := finalLine(t, out)
+			pred, err := exec.Command(programBinary(t, kindFM), "-mode=predict", "-model="+model, "-data="+test).CombinedOutput()
+			if err != nil {
+				t.Fatalf("predict: %v\n%s", err, pred)
+			}
+			_, want, _ := strings.Cut(final, "AUC ")
+			want, _, _ = strings.Cut(want, " ")
+			if !strings.Contains(string(pred), "AUC "+want) {
+				t.Errorf("predict says %q, the job %q", strings.TrimSpace(string(pred)), final)
+			}
+		}
+	}
+	if aucs[kindFM] < aucs[kindLR]+0.05 || aucs[kindMVM] < aucs[kindLR]+0.02 {
+		t.Errorf("AUC lr %.4f, fm %.4f, mvm %.4f: the factor models should learn the interactions", aucs[kindLR], aucs[kindFM], aucs[kindMVM])
 	}
 }

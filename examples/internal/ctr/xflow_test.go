@@ -1,8 +1,14 @@
 package ctr
 
 import (
+	"context"
 	"math"
+	"slices"
 	"testing"
+	"time"
+
+	"github.com/gopslite/pslite/internal/testcluster"
+	"github.com/gopslite/pslite/postoffice"
 
 	"github.com/gopslite/pslite/kv"
 	"github.com/rs/zerolog"
@@ -97,5 +103,97 @@ func TestXflowApp(t *testing.T) {
 	}
 	if v.stats.Bad != 1 {
 		t.Errorf("%d bad requests counted", v.stats.Bad)
+	}
+}
+
+// TestXflowServerJob drives the xflow-compatible servers as xflow's
+// workers do, through a job (2 servers, in process): w on app 0 with one
+// value per key, v on app 1 (customer 1) with ten, keys spread over both
+// servers' ranges, pushes answered, pulls in key order.
+func TestXflowServerJob(t *testing.T) {
+	cfg, err := parseFlags([]string{"-mode=xflow-server"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testcluster.New(t, 2, 1, testcluster.Options{Mem: true, Quiet: true})
+	apps := make([][]*xflowApp, 2)
+	for i, p := range c.Servers {
+		if apps[i], err = installXflow(p, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := c.Workers[0]
+	kw, err := kv.NewKVWorker[float32](p, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvv, err := kv.NewKVWorker[float32](p, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []uint64{3, 1 << 40, 1<<63 + 7, math.MaxUint64 - 1}
+	pull := func(w *kv.KVWorker[float32]) []float32 {
+		var vals []float32
+		ts, err := w.Pull(keys, &vals, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Wait(ts); err != nil {
+			t.Fatal(err)
+		}
+		return vals
+	}
+	push := func(w *kv.KVWorker[float32], vals []float32) {
+		ts, err := w.Push(keys, vals, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Wait(ts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v0 := pull(kvv)
+	if len(v0) != len(keys)*xflowVDim {
+		t.Fatalf("%d values of v for %d keys", len(v0), len(keys))
+	}
+	for i, k := range keys {
+		for j := 0; j < xflowVDim; j++ {
+			if want := float32(initFactor(k*xflowVDim+uint64(j), cfg.Seed, xflowVStd)); v0[i*xflowVDim+j] != want {
+				t.Fatalf("v[%d][%d] starts at %v, want %v", k, j, v0[i*xflowVDim+j], want)
+			}
+		}
+	}
+	g := make([]float32, len(keys)*xflowVDim)
+	for i := range g {
+		g[i] = 0.1
+	}
+	push(kvv, g)
+	push(kw, []float32{0.5, 0.5, 0.5, 0.5})
+	ref := newXflowApp(true, cfg, zerolog.Nop())
+	if _, err := ref.apply(kv.KVMeta{Push: true}, kv.KVPairs[float32]{Keys: keys, Vals: g}); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := ref.apply(kv.KVMeta{Pull: true}, kv.KVPairs[float32]{Keys: keys})
+	if got := pull(kvv); !slices.Equal(got, want.Vals) {
+		t.Errorf("v after a push: %v, want %v", got, want.Vals)
+	}
+	if w := pull(kw); len(w) != len(keys) || w[0] == 0 || w[0] != w[3] {
+		t.Errorf("w after a push of 0.5 each: %v", w)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	all := append(append([]*postoffice.Postoffice{c.Scheduler}, c.Servers...), c.Workers...)
+	if err := testcluster.Each(all, func(p *postoffice.Postoffice) error { return p.Finalize(ctx, 0, true) }); err != nil {
+		t.Fatal(err)
+	}
+	held := 0
+	for _, a := range apps {
+		held += len(a[1].keys)
+		if a[0].stats.Bad+a[1].stats.Bad != 0 {
+			t.Errorf("bad requests: %+v %+v", a[0].stats, a[1].stats)
+		}
+	}
+	if held != len(keys) {
+		t.Errorf("the servers hold %d v keys, want %d (one per key pushed)", held, len(keys))
 	}
 }
