@@ -113,7 +113,7 @@ flags:
 	bias := fs.Float64("bias", 1, "value of the bias feature 0 (0: no bias)")
 	fs.IntVar(&c.Epochs, "epochs", 10, "passes over the training data")
 	fs.IntVar(&c.Batch, "batch", 100, "examples per step over all workers (each worker takes ceil(batch/workers))")
-	fs.StringVar(&c.Opt, "opt", "sgd", "server optimiser: sgd or ftrl")
+	fs.StringVar(&c.Opt, "opt", "sgd", "server optimiser: sgd, adagrad or ftrl")
 	fs.Float64Var(&c.LR, "lr", 0.1, "sgd learning rate")
 	fs.Float64Var(&c.LRDecay, "lr-decay", 0, "sgd: the learning rate after e epochs is lr/(1+lr-decay·e)")
 	fs.Float64Var(&c.L2, "l2", 0, "L2 regularisation (sgd and ftrl)")

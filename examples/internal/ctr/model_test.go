@@ -331,7 +331,28 @@ func TestFTRLByHand(t *testing.T) {
 	}
 }
 
+func TestAdaGradByHand(t *testing.T) {
+	o := AdaGrad{LR: 0.1, L2: 0.01}
+	p := Param{W: 0.5}
+	// g = 0.2 + 0.01·0.5 = 0.205, n = g², w = 0.5 - 0.1·g/(|g| + 1e-8).
+	o.Update(&p, 0.2, 1, 1)
+	g := 0.2 + 0.01*0.5
+	if want := 0.5 - 0.1*g/(math.Sqrt(g*g)+1e-8); math.Abs(p.W-want) > 1e-15 || math.Abs(p.N-g*g) > 1e-15 {
+		t.Errorf("after step 1: %+v, want w %v n %v", p, want, g*g)
+	}
+	// A second step of the same gradient moves less: its rate is 1/√2.
+	w1 := p.W
+	o.Update(&p, 0.2, 1, 1)
+	g2 := 0.2 + 0.01*w1
+	if want := w1 - 0.1*g2/(math.Sqrt(g*g+g2*g2)+1e-8); math.Abs(p.W-want) > 1e-15 {
+		t.Errorf("after step 2: w %v, want %v", p.W, want)
+	}
+}
+
 func TestNewOptimizer(t *testing.T) {
+	if o, err := NewOptimizer("adagrad", 0.1, 0, 0, 0, 0.01); err != nil || o.(AdaGrad).LR != 0.1 {
+		t.Errorf("adagrad: %v %v", o, err)
+	}
 	if o, err := NewOptimizer("sgd", 0.1, 0, 0, 0, 0.01); err != nil || o.(SGD).LR != 0.1 {
 		t.Errorf("sgd: %v %v", o, err)
 	}

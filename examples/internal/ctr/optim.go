@@ -89,7 +89,28 @@ func (o FTRL) String() string {
 	return fmt.Sprintf("ftrl(alpha=%g, beta=%g, l1=%g, l2=%g)", o.Alpha, o.Beta, o.L1, o.L2)
 }
 
-// NewOptimizer returns the optimiser named name ("sgd" or "ftrl").
+// AdaGrad is SGD with per-coordinate rates (Duchi et al., 2011):
+// n ← n + g², w ← w - rate·LR·g/(√n + 10⁻⁸), with g including the L2
+// term share·L2·w as SGD's. It keeps n in Param.N.
+type AdaGrad struct {
+	LR, L2 float64
+}
+
+// Update implements Optimizer.
+func (o AdaGrad) Update(p *Param, g, share, rate float64) {
+	g += share * o.L2 * p.W
+	p.N += g * g
+	p.W -= rate * o.LR * g / (math.Sqrt(p.N) + 1e-8)
+}
+
+// Start implements Optimizer.
+func (o AdaGrad) Start(w0 float64) Param { return Param{W: w0} }
+
+// String implements Optimizer.
+func (o AdaGrad) String() string { return fmt.Sprintf("adagrad(lr=%g, l2=%g)", o.LR, o.L2) }
+
+// NewOptimizer returns the optimiser named name ("sgd", "adagrad" or
+// "ftrl").
 func NewOptimizer(name string, lr, alpha, beta, l1, l2 float64) (Optimizer, error) {
 	switch name {
 	case "sgd":
@@ -103,13 +124,24 @@ func NewOptimizer(name string, lr, alpha, beta, l1, l2 float64) (Optimizer, erro
 			return nil, fmt.Errorf("-l2 must be a number >= 0")
 		}
 		return SGD{LR: lr, L2: l2}, nil
+	case "adagrad":
+		if !positive(lr) {
+			return nil, fmt.Errorf("-lr must be a positive number")
+		}
+		if l1 != 0 {
+			return nil, fmt.Errorf("-l1 needs -opt=ftrl")
+		}
+		if !nonNegative(l2) {
+			return nil, fmt.Errorf("-l2 must be a number >= 0")
+		}
+		return AdaGrad{LR: lr, L2: l2}, nil
 	case "ftrl":
 		if !positive(alpha) || !nonNegative(beta) || !nonNegative(l1) || !nonNegative(l2) {
 			return nil, fmt.Errorf("ftrl needs -alpha > 0 and -beta, -l1, -l2 >= 0 (finite numbers)")
 		}
 		return FTRL{Alpha: alpha, Beta: beta, L1: l1, L2: l2}, nil
 	default:
-		return nil, fmt.Errorf("unknown optimiser %q (want sgd or ftrl)", name)
+		return nil, fmt.Errorf("unknown optimiser %q (want sgd, adagrad or ftrl)", name)
 	}
 }
 

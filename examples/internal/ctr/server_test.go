@@ -380,6 +380,47 @@ func TestSnapshotDumpInit(t *testing.T) {
 }
 
 // TestTable fills the hash table past several growths with sparse keys.
+// TestTableRuns checks a table of runs (a factor store's): a key's run is
+// created whole, each of its values found at its place, runs survive the
+// table's growth, and a run never created is not found.
+func TestTableRuns(t *testing.T) {
+	tb := table{group: 10}
+	r := rand.New(rand.NewPCG(2, 2))
+	runs := map[uint64]bool{}
+	for i := 0; i < 3000; i++ {
+		run := r.Uint64() >> 8
+		j := r.Uint64() % 10
+		e, created := tb.get(run*10 + j)
+		if created == runs[run] {
+			t.Fatalf("run %d: created %v, seen before %v", run, created, runs[run])
+		}
+		runs[run] = true
+		e.p.W += float64(j + 1)
+	}
+	if tb.n != 10*len(runs) || tb.runs != len(runs) {
+		t.Errorf("%d entries in %d runs, want %d runs", tb.n, tb.runs, len(runs))
+	}
+	for run := range runs {
+		es := tb.findRun(run)
+		if len(es) != 10 {
+			t.Fatalf("run %d: %d entries", run, len(es))
+		}
+		for j := range es {
+			if es[j].key != run*10+uint64(j)+1 || tb.find(run*10+uint64(j)) != &es[j] {
+				t.Fatalf("run %d value %d: key %d", run, j, es[j].key)
+			}
+		}
+	}
+	if tb.find(12345678901*10+3) != nil || tb.findRun(12345678901) != nil {
+		t.Error("found a run never created")
+	}
+	n := 0
+	tb.each(func(*entry) { n++ })
+	if n != tb.n {
+		t.Errorf("each visited %d of %d", n, tb.n)
+	}
+}
+
 func TestTable(t *testing.T) {
 	var tb table
 	r := rand.New(rand.NewPCG(1, 1))
