@@ -408,3 +408,24 @@ func TestFactorCluster(t *testing.T) {
 		t.Errorf("AUC lr %.4f, fm %.4f, mvm %.4f: the factor models should learn the interactions", aucs[kindLR], aucs[kindFM], aucs[kindMVM])
 	}
 }
+
+// TestFactorStoreRefusesWrappingKeys: a factor store refuses model keys
+// whose values would wrap around the key space onto another key's.
+func TestFactorStoreRefusesWrappingKeys(t *testing.T) {
+	s := newStore(SGD{LR: 1}, ASP, 0, 1)
+	s.SetDim(10)
+	bad := statsBase/10 + 5
+	r := &recorder{}
+	vals := make([]float32, 20)
+	vals[10] = 1 // the control key's rate
+	s.Serve(kv.KVMeta{Cmd: command(kindTrain, 0), Push: true, Sender: message.WorkerRankToID(0)},
+		kv.KVPairs[float32]{Keys: []uint64{bad, ctrlBase}, Vals: vals}, r.respond)
+	s.Serve(kv.KVMeta{Cmd: command(kindTrain, 0), Pull: true, Sender: message.WorkerRankToID(0)}, kv.KVPairs[float32]{Keys: []uint64{bad}}, r.respond)
+	_, errs := s.Stats()
+	if len(errs) != 2 || !strings.Contains(errs[0].Error(), "beyond the key space") || !strings.Contains(errs[1].Error(), "beyond the key space") {
+		t.Errorf("errors %v, want the push's and the pull's", errs)
+	}
+	if n := len(r.got); n != 0 {
+		t.Errorf("%d answers to refused requests", n)
+	}
+}

@@ -251,6 +251,22 @@ func (s *Store) SetDim(dim int) {
 	s.mu.Unlock()
 }
 
+// checkModelKeys refuses model keys whose values' parameters would not
+// fit below statsBase (k·dim+j would wrap around and alias another key):
+// the workers' layout never makes them.
+func (s *Store) checkModelKeys(keys []uint64) error {
+	if s.dim <= 1 {
+		return nil
+	}
+	limit := statsBase / uint64(s.dim)
+	for _, k := range keys {
+		if k >= limit && k < statsBase {
+			return fmt.Errorf("model key %d of %d values is beyond the key space", k, s.dim)
+		}
+	}
+	return nil
+}
+
 // keyOf returns the model key whose value the stored parameter k is.
 func (s *Store) keyOf(k uint64) uint64 { return k / uint64(max(s.dim, 1)) }
 
@@ -366,6 +382,9 @@ func (s *Store) read(kind, step int, keys []uint64, answer func(kv.KVPairs[float
 	switch kind {
 	case kindTrain:
 		s.st.Pulls++
+		if err = s.checkModelKeys(keys); err != nil {
+			return res, false, fmt.Errorf("training pull: %w", err)
+		}
 		if s.mode != ASP {
 			if parts, err = s.partsOf(keys); err != nil {
 				return res, false, fmt.Errorf("training pull: %w", err)
@@ -397,6 +416,9 @@ func (s *Store) readNow(kind int, keys []uint64) (kv.KVPairs[float32], error) {
 	case kindDump:
 		return s.dump(keys)
 	case kindTrain, kindStats, kindFinal:
+		if err := s.checkModelKeys(keys); err != nil {
+			return kv.KVPairs[float32]{}, fmt.Errorf("pull: %w", err)
+		}
 		return s.values(keys), nil
 	}
 	return kv.KVPairs[float32]{}, fmt.Errorf("pull of kind %d", kind)
@@ -712,6 +734,9 @@ func (s *Store) push(worker, step int, data kv.KVPairs[float32]) error {
 		return fmt.Errorf("training push of key %d", model[n-1])
 	}
 	if err := s.inPart(model, part); err != nil {
+		return fmt.Errorf("training push: %w", err)
+	}
+	if err := s.checkModelKeys(model); err != nil {
 		return fmt.Errorf("training push: %w", err)
 	}
 	rate := float64(data.Vals[n*d])
