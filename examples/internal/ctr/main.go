@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime/debug"
 
 	"github.com/gopslite/pslite/internal/prog"
 	"github.com/gopslite/pslite/kv"
@@ -359,6 +360,14 @@ func serve(po *postoffice.Postoffice, cfg *Config) ([]*Store, error) {
 	apps := 1
 	if cfg.Factors != nil {
 		apps = 2
+	}
+	if os.Getenv("GOGC") == "" {
+		// A server's heap is mostly its tables, which hold no pointers: a
+		// collection costs little, and collecting at half the live heap
+		// of garbage instead of all of it keeps the pull answers' garbage
+		// from doubling the process (fm, 200,000 CTR rows: 180 MB RSS at
+		// the default, 140 at 50, the same time).
+		debug.SetGCPercent(50)
 	}
 	var stores []*Store
 	for app := 0; app < apps; app++ {
