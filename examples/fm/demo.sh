@@ -19,6 +19,6 @@ for m in lr fm mvm; do
   scripts/local.sh 2 2 build/$m -train=build/ctr.train -test=build/ctr.test -opt=ftrl -alpha=1 \
     -factors=10 -batch=200 -epochs=3 -model=build/$m-ctr.model -plot=build/$m-ctr.png |
     grep -v '^\[server'
-  printf '%s: %.1f s launch to exit\n\n' "$m" "$(echo "$(date +%s.%N) - $start" | bc -l)"
+  awk -v m="$m" -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%s: %.1f s launch to exit\n\n", m, e - s }'
 done
 echo "predict (stand-alone, no cluster): $(build/fm -mode=predict -model=build/fm-ctr.model -data=build/ctr.test)"

@@ -39,6 +39,7 @@ GEN_ROWS=${GEN_ROWS:-200000} GEN_IDS=${GEN_IDS:-200000} GEN_FIELDS=${GEN_FIELDS:
 SMALL_EPOCHS=${SMALL_EPOCHS:-100}
 export PS_LOCAL_TIMEOUT=${PS_LOCAL_TIMEOUT:-600}
 [ -x /usr/bin/time ] || { echo "needs /usr/bin/time (apt-get install time)" >&2; exit 1; }
+command -v bc >/dev/null || { echo "needs bc (apt-get install bc)" >&2; exit 1; }
 
 go build -o build/ ./examples/lr ./examples/fm ./examples/mvm
 root=$(pwd)
