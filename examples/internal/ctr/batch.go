@@ -233,21 +233,15 @@ func lossGradBinary(b *Batch, lo, hi int, l Weights, w, grad []float32) (loss fl
 			}
 		}
 		y := b.Class[r] == 1
-		sign := -1.0
-		if y {
-			sign = 1
-		}
-		loss += softplus(-sign * m)
-		if (m > 0) == y {
+		l, right := logLoss(m, y)
+		loss += l
+		if right {
 			correct++
 		}
 		if grad == nil {
 			continue
 		}
-		g := sigmoid(m)
-		if y {
-			g--
-		}
+		g := logLossGrad(m, y)
 		if bias != 0 {
 			grad[0] += float32(g * bias)
 		}
@@ -470,16 +464,32 @@ func Evaluate(b *Batch, lo, hi int, l Weights, w []float32, m *Metrics) {
 // addBinary counts a binary example with margin z and class y: its loss,
 // whether it was predicted right, and its place in the histograms.
 func (m *Metrics) addBinary(z float64, y bool) {
-	sign := -1.0
-	if y {
-		sign = 1
-	}
-	m.LossSum += softplus(-sign * z)
-	if (z > 0) == y {
+	l, right := logLoss(z, y)
+	m.LossSum += l
+	if right {
 		m.Correct++
 	}
 	m.N++
 	m.add(z, y)
+}
+
+// logLoss returns the logistic loss log(1+exp(-s·m)) of margin m for class
+// y (s = ±1), and whether m predicts y.
+func logLoss(m float64, y bool) (loss float64, right bool) {
+	sign := -1.0
+	if y {
+		sign = 1
+	}
+	return softplus(-sign * m), (m > 0) == y
+}
+
+// logLossGrad returns the derivative of logLoss in the margin: σ(m) - y.
+func logLossGrad(m float64, y bool) float64 {
+	g := sigmoid(m)
+	if y {
+		g--
+	}
+	return g
 }
 
 // EvaluateAll is Evaluate over the whole batch, split over the cores.

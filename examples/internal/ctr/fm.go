@@ -169,22 +169,15 @@ func (fc Factors) LossGrad(b *Batch, lo, hi int, l Weights, w, v, gw, gv []float
 	for r := lo; r < hi; r++ {
 		m := fc.margin(b, r, l, w, v, sc)
 		y := b.Class[r] == 1
-		sign := -1.0
-		if y {
-			sign = 1
-		}
-		loss += softplus(-sign * m)
-		if (m > 0) == y {
+		lr, right := logLoss(m, y)
+		loss += lr
+		if right {
 			correct++
 		}
 		if gw == nil {
 			continue
 		}
-		g := sigmoid(m)
-		if y {
-			g--
-		}
-		fc.addGrad(b, r, l, v, g, sc, gw, gv)
+		fc.addGrad(b, r, l, v, logLossGrad(m, y), sc, gw, gv)
 	}
 	return loss, correct
 }

@@ -3,7 +3,6 @@ package ctr
 import (
 	"bytes"
 	"fmt"
-	"github.com/gopslite/pslite/internal/testcluster"
 	"github.com/gopslite/pslite/kv"
 	"github.com/gopslite/pslite/message"
 	"io"
@@ -15,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // randomFieldBatch returns a batch of rows over nf features with values and
@@ -329,31 +327,11 @@ func TestFactorManagedJobs(t *testing.T) {
 	}
 	plain := inProcessJob(t, 3, 2, args(2), nil, nil)
 	managed := inProcessJob(t, 3, 2, args(2), replicas(1), nil)
-	lost := inProcessJob(t, 3, 2, args(2), replicas(1), func(c *testcluster.Cluster, stores []*Store) []int {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			if st, _ := stores[1].Stats(); st.StepsApplied >= 8 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the job does not train")
-			}
-			time.Sleep(time.Millisecond)
-		}
-		c.Network.Kill(testcluster.Addr(c.Servers[1]))
-		return []int{1}
-	})
+	lost := inProcessJob(t, 3, 2, args(2), replicas(1), killAfterSteps(t, 1))
 	if !bytes.Contains(plain.model, []byte("\nv ")) {
 		t.Fatalf("a model without factors:\n%.500s", plain.model)
 	}
-	for name, r := range map[string]jobResult{"PS_REPLICAS=1": managed, "PS_REPLICAS=1, server 1 killed": lost} {
-		if !bytes.Equal(r.model, plain.model) {
-			t.Errorf("%s: the model differs from the one without replication", name)
-		}
-		if a, b := finalLine(t, r.out), finalLine(t, plain.out); a != b {
-			t.Errorf("%s: %q, without replication %q", name, a, b)
-		}
-	}
+	sameModel(t, plain, "the one without replication", map[string]jobResult{"PS_REPLICAS=1": managed, "PS_REPLICAS=1, server 1 killed": lost})
 
 	dir := t.TempDir()
 	first := inProcessJob(t, 2, 2, args(1), checkpointDir(dir), nil)

@@ -169,15 +169,41 @@ func TestManagedJobSameModel(t *testing.T) {
 	if !strings.Contains(string(plain.model), "state ftrl") {
 		t.Fatalf("a model without FTRL state:\n%s", plain.model)
 	}
-	for name, r := range map[string]jobResult{"PS_REPLICAS=1": managed, "2 servers": two} {
-		if !bytes.Equal(r.model, plain.model) {
-			t.Errorf("%s: the model differs from the one of 3 servers without replication", name)
+	sameModel(t, plain, "the one of 3 servers without replication", map[string]jobResult{"PS_REPLICAS=1": managed, "2 servers": two})
+	t.Log(finalLine(t, plain.out))
+}
+
+// sameModel checks that every job of runs ended with want's model, bit for
+// bit, and its final line; what names want in the messages.
+func sameModel(t *testing.T, want jobResult, what string, runs map[string]jobResult) {
+	t.Helper()
+	for name, r := range runs {
+		if !bytes.Equal(r.model, want.model) {
+			t.Errorf("%s: the model differs from %s", name, what)
 		}
-		if a, b := finalLine(t, r.out), finalLine(t, plain.out); a != b {
-			t.Errorf("%s: %q, without replication %q", name, a, b)
+		if a, b := finalLine(t, r.out), finalLine(t, want.out); a != b {
+			t.Errorf("%s: %q, %s %q", name, a, what, b)
 		}
 	}
-	t.Log(finalLine(t, plain.out))
+}
+
+// killAfterSteps is an inProcessJob's during: once server victim applied
+// 8 BSP steps, its node is killed.
+func killAfterSteps(t *testing.T, victim int) func(c *testcluster.Cluster, stores []*Store) []int {
+	return func(c *testcluster.Cluster, stores []*Store) []int {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			if st, _ := stores[victim].Stats(); st.StepsApplied >= 8 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the job does not train")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		c.Network.Kill(testcluster.Addr(c.Servers[victim]))
+		return []int{victim}
+	}
 }
 
 // TestManagedJobServerLost kills a server in the middle of a BSP job with
@@ -191,21 +217,8 @@ func TestManagedJobServerLost(t *testing.T) {
 	plain := inProcessJob(t, 3, 2, args, nil, nil)
 	for victim := range 3 {
 		t.Run(fmt.Sprintf("server%d", victim), func(t *testing.T) {
-			r := inProcessJob(t, 3, 2, args, replicas(1), func(c *testcluster.Cluster, stores []*Store) []int {
-				// Once the victim applied some steps of the first epoch.
-				deadline := time.Now().Add(30 * time.Second)
-				for {
-					if st, _ := stores[victim].Stats(); st.StepsApplied >= 8 {
-						break
-					}
-					if time.Now().After(deadline) {
-						t.Fatal("the job does not train")
-					}
-					time.Sleep(time.Millisecond)
-				}
-				c.Network.Kill(testcluster.Addr(c.Servers[victim]))
-				return []int{victim}
-			})
+			// Once the victim applied some steps of the first epoch.
+			r := inProcessJob(t, 3, 2, args, replicas(1), killAfterSteps(t, victim))
 			v := r.c.Scheduler.View()
 			for rg := range v.Ranges {
 				if v.Ranges[rg].Holds(victim) {

@@ -113,7 +113,7 @@ func (o AdaGrad) String() string { return fmt.Sprintf("adagrad(lr=%g, l2=%g)", o
 // "ftrl").
 func NewOptimizer(name string, lr, alpha, beta, l1, l2 float64) (Optimizer, error) {
 	switch name {
-	case "sgd":
+	case "sgd", "adagrad":
 		if !positive(lr) {
 			return nil, fmt.Errorf("-lr must be a positive number")
 		}
@@ -122,19 +122,11 @@ func NewOptimizer(name string, lr, alpha, beta, l1, l2 float64) (Optimizer, erro
 		}
 		if !nonNegative(l2) {
 			return nil, fmt.Errorf("-l2 must be a number >= 0")
+		}
+		if name == "adagrad" {
+			return AdaGrad{LR: lr, L2: l2}, nil
 		}
 		return SGD{LR: lr, L2: l2}, nil
-	case "adagrad":
-		if !positive(lr) {
-			return nil, fmt.Errorf("-lr must be a positive number")
-		}
-		if l1 != 0 {
-			return nil, fmt.Errorf("-l1 needs -opt=ftrl")
-		}
-		if !nonNegative(l2) {
-			return nil, fmt.Errorf("-l2 must be a number >= 0")
-		}
-		return AdaGrad{LR: lr, L2: l2}, nil
 	case "ftrl":
 		if !positive(alpha) || !nonNegative(beta) || !nonNegative(l1) || !nonNegative(l2) {
 			return nil, fmt.Errorf("ftrl needs -alpha > 0 and -beta, -l1, -l2 >= 0 (finite numbers)")

@@ -100,43 +100,57 @@ func Synthesize(c SynthConfig, train, test io.Writer) (SynthStats, error) {
 	}
 	zipf := rand.NewZipf(r, c.Zipf, c.ZipfV, uint64(c.IDs-1))
 	ids := make([]int32, 0, c.NNZ)
+	return writeSets(c, train, test, func(buf []byte) ([]byte, float64, bool, int) {
+		ids = ids[:0]
+		for j := 0; j < c.NNZ; j++ {
+			ids = append(ids, byRank[zipf.Uint64()])
+		}
+		slices.Sort(ids)
+		ids = slices.Compact(ids)
+		m := 0.0
+		for _, id := range ids {
+			m += weight[id]
+		}
+		y := 1
+		if r.Float64() >= sigmoid(m) {
+			y = -1
+		}
+		buf = strconv.AppendInt(buf, int64(y), 10)
+		for _, id := range ids {
+			buf = append(buf, ' ')
+			buf = strconv.AppendInt(buf, int64(id), 10)
+			buf = append(buf, ":1"...)
+		}
+		return buf, m, y == 1, len(ids)
+	})
+}
+
+// writeSets writes c.Rows examples drawn by draw to train, then c.TestRows
+// to test (nil for none), a line each, and reports what they hold. draw
+// appends an example's line (without its newline) to buf and returns it
+// with the true model's margin, the example's class and its non-zeros.
+func writeSets(c SynthConfig, train, test io.Writer, draw func(buf []byte) (line []byte, m float64, positive bool, nnz int)) (SynthStats, error) {
+	var st SynthStats
 	var buf []byte
-	var pos int
+	var pos, correct int
 	var llSum float64
-	var correct int
 	write := func(w *bufio.Writer, n int, scored bool) error {
 		for i := 0; i < n; i++ {
-			ids = ids[:0]
-			for j := 0; j < c.NNZ; j++ {
-				ids = append(ids, byRank[zipf.Uint64()])
-			}
-			slices.Sort(ids)
-			ids = slices.Compact(ids)
-			m := 0.0
-			for _, id := range ids {
-				m += weight[id]
-			}
-			p := sigmoid(m)
-			y := 1
-			if r.Float64() >= p {
-				y = -1
-			}
-			if y == 1 {
+			var m float64
+			var y bool
+			var nnz int
+			buf, m, y, nnz = draw(buf[:0])
+			if y {
 				pos++
 			}
 			if scored {
-				if (m > 0) == (y == 1) {
+				l, right := logLoss(m, y)
+				if right {
 					correct++
 				}
-				llSum += softplus(-float64(y) * m)
+				llSum += l
 			}
-			st.NNZ += len(ids)
-			buf = strconv.AppendInt(buf[:0], int64(y), 10)
-			for _, id := range ids {
-				buf = append(buf, ' ')
-				buf = strconv.AppendInt(buf, int64(id), 10)
-				buf = append(buf, ":1"...)
-			}
+			st.NNZ += nnz
 			buf = append(buf, '\n')
 			if _, err := w.Write(buf); err != nil {
 				return err
@@ -147,15 +161,13 @@ func Synthesize(c SynthConfig, train, test io.Writer) (SynthStats, error) {
 	if err := write(bufio.NewWriterSize(train, 1<<20), c.Rows, false); err != nil {
 		return st, err
 	}
+	written := c.Rows
 	if test != nil && c.TestRows > 0 {
 		if err := write(bufio.NewWriterSize(test, 1<<20), c.TestRows, true); err != nil {
 			return st, err
 		}
 		st.BayesTestAcc = float64(correct) / float64(c.TestRows)
 		st.BayesTestLL = llSum / float64(c.TestRows)
-	}
-	written := c.Rows
-	if test != nil {
 		written += c.TestRows
 	}
 	st.Positive = float64(pos) / float64(written)
@@ -180,7 +192,6 @@ func Synthesize(c SynthConfig, train, test io.Writer) (SynthStats, error) {
 // are functions of the id and seed, not stored: 10^7 ids cost nothing. The
 // same c gives the same bytes.
 func synthesizeFields(c SynthConfig, train, test io.Writer) (SynthStats, error) {
-	var st SynthStats
 	r := rand.New(rand.NewPCG(c.Seed, 0xf1e1d5))
 	F, K := c.Fields, c.TrueFactors
 	per := c.IDs / F
@@ -206,76 +217,44 @@ func synthesizeFields(c SynthConfig, train, test io.Writer) (SynthStats, error) 
 	}
 	ids := make([]uint64, F)
 	sum := make([]float64, K)
-	var buf []byte
-	var pos int
-	var llSum float64
-	var correct int
 	const bias = -1.5
-	write := func(w *bufio.Writer, n int, scored bool) error {
-		for i := 0; i < n; i++ {
-			m := bias
-			clear(sum)
-			sq := 0.0
-			for f := range ids {
-				id := uint64(f*per) + 1 + zipfs[f].Uint64()*mult%uint64(per)
-				ids[f] = id
-				m += weight(id)
-				for j := 0; j < K; j++ {
-					v := initFactor(id*uint64(K)+uint64(j), seed, sigma)
-					sum[j] += v
-					sq += v * v
-				}
-			}
-			for _, s := range sum {
-				m += s * s / 2
-			}
-			m -= sq / 2
-			y := 0
-			if r.Float64() < sigmoid(m) {
-				y = 1
-				pos++
-			}
-			if scored {
-				if (m > 0) == (y == 1) {
-					correct++
-				}
-				llSum += softplus(-float64(2*y-1) * m)
-			}
-			st.NNZ += F
-			buf = strconv.AppendInt(buf[:0], int64(y), 10)
-			for f, id := range ids {
-				// (A tab after the label, as xflow's reader needs.)
-				if f == 0 {
-					buf = append(buf, '\t')
-				} else {
-					buf = append(buf, ' ')
-				}
-				buf = strconv.AppendInt(buf, int64(f), 10)
-				buf = append(buf, ':')
-				buf = strconv.AppendUint(buf, id, 10)
-				buf = append(buf, ":1"...)
-			}
-			buf = append(buf, '\n')
-			if _, err := w.Write(buf); err != nil {
-				return err
+	return writeSets(c, train, test, func(buf []byte) ([]byte, float64, bool, int) {
+		m := bias
+		clear(sum)
+		sq := 0.0
+		for f := range ids {
+			id := uint64(f*per) + 1 + zipfs[f].Uint64()*mult%uint64(per)
+			ids[f] = id
+			m += weight(id)
+			for j := 0; j < K; j++ {
+				v := initFactor(id*uint64(K)+uint64(j), seed, sigma)
+				sum[j] += v
+				sq += v * v
 			}
 		}
-		return w.Flush()
-	}
-	if err := write(bufio.NewWriterSize(train, 1<<20), c.Rows, false); err != nil {
-		return st, err
-	}
-	written := c.Rows
-	if test != nil && c.TestRows > 0 {
-		if err := write(bufio.NewWriterSize(test, 1<<20), c.TestRows, true); err != nil {
-			return st, err
+		for _, s := range sum {
+			m += s * s / 2
 		}
-		st.BayesTestAcc = float64(correct) / float64(c.TestRows)
-		st.BayesTestLL = llSum / float64(c.TestRows)
-		written += c.TestRows
-	}
-	st.Positive = float64(pos) / float64(written)
-	return st, nil
+		m -= sq / 2
+		y := 0
+		if r.Float64() < sigmoid(m) {
+			y = 1
+		}
+		buf = strconv.AppendInt(buf, int64(y), 10)
+		for f, id := range ids {
+			// (A tab after the label, as xflow's reader needs.)
+			if f == 0 {
+				buf = append(buf, '\t')
+			} else {
+				buf = append(buf, ' ')
+			}
+			buf = strconv.AppendInt(buf, int64(f), 10)
+			buf = append(buf, ':')
+			buf = strconv.AppendUint(buf, id, 10)
+			buf = append(buf, ":1"...)
+		}
+		return buf, m, y == 1, F
+	})
 }
 
 // gcd returns the greatest common divisor of a and b.
