@@ -770,14 +770,15 @@ func (s *Store) pushStep(ps *partState, worker, step int, keys []uint64, grads [
 		ps.pending[step] = b
 	}
 	d := max(s.dim, 1)
-	for i, g32 := range grads {
-		k := keys[i/d]*uint64(d) + uint64(i%d)
-		g := float64(g32)
-		if step != ps.applied {
-			b.grads[k] += g
-			continue
+	for i, key := range keys {
+		for j, g32 := range grads[i*d : (i+1)*d] {
+			k, g := key*uint64(d)+uint64(j), float64(g32)
+			if step != ps.applied {
+				b.grads[k] += g
+				continue
+			}
+			s.addToStep(b, k, g)
 		}
-		s.addToStep(b, k, g)
 	}
 	s.st.BufferedMaxKeys = max(s.st.BufferedMaxKeys, len(b.keys)+len(b.grads))
 	b.pushers[worker] = true
