@@ -288,7 +288,7 @@ func (r *replicated[V]) replication(msg *message.Message, kind byte, p []byte) {
 			data, err = decodeKVs[V](msg, h.push)
 		}
 		if err != nil {
-			r.warn.Warn().Err(err).Str("from", message.DescribeID(sender)).Msg("dropping a malformed entry")
+			r.unreadable(sender, "an entry", err)
 			return
 		}
 		e := &entry[V]{
@@ -304,15 +304,34 @@ func (r *replicated[V]) replication(msg *message.Message, kind byte, p []byte) {
 		r.batch(msg, sender, p)
 	case kindAck:
 		a, err := parseAck(p, r.n)
-		if err != nil || a.From != message.IDToRank(sender) {
-			r.warn.Warn().Str("from", message.DescribeID(sender)).Msg("dropping a malformed ack")
+		if err == nil && a.From != message.IDToRank(sender) {
+			err = fmt.Errorf("sent by %s on behalf of server %d", message.DescribeID(sender), a.From)
+		}
+		if err != nil {
+			r.unreadable(sender, "an ack", err)
 			return
 		}
 		r.run(r.core.Ack(a))
+	case kindAskCopy:
+		a, err := parseAck(p, r.n)
+		if err != nil || a.From != message.IDToRank(sender) {
+			r.warn.Warn().Str("from", message.DescribeID(sender)).Msg("dropping a malformed request for a copy")
+			return
+		}
+		r.run(r.core.AskCopy(a))
+	case kindSayAgain:
+		r.run(r.core.SayAgain(message.IDToRank(sender)))
 	case kindSnapshot:
 		h, err := parseSnapshot(p, r.n)
-		if err != nil || h.From != message.IDToRank(sender) || len(msg.Data) != 1 {
-			r.warn.Warn().Str("from", message.DescribeID(sender)).Msg("dropping a malformed copy of a range")
+		switch {
+		case err != nil:
+		case h.From != message.IDToRank(sender):
+			err = fmt.Errorf("sent by %s on behalf of server %d", message.DescribeID(sender), h.From)
+		case len(msg.Data) != 1:
+			err = fmt.Errorf("%d data frames", len(msg.Data))
+		}
+		if err != nil {
+			r.unreadable(sender, "a copy of a range", err)
 			return
 		}
 		msg.Own()
@@ -324,6 +343,17 @@ func (r *replicated[V]) replication(msg *message.Message, kind byte, p []byte) {
 		rg, epoch, _, _ := parseTag(p, r.n, false)
 		r.log.Debug().Str("from", message.DescribeID(sender)).Int("range", rg).Uint64("epoch", epoch).Msg("a server refused an entry of this one: their views differ for now")
 	}
+}
+
+// unreadable drops a message from another server that cannot be read, and
+// has the core mend what it may have lost: entries and acks are never
+// sent twice, so a copy of each range that server passes here is asked
+// for, and that server is asked to say again how far it is (before, the
+// range's chain stalled for good).
+func (r *replicated[V]) unreadable(sender int, what string, err error) {
+	r.warn.Warn().Err(err).Str("from", message.DescribeID(sender)).Msgf("dropping %s that cannot be read; asking that server for copies of its ranges", what)
+	r.s.po.Metrics().ReplicationUnreadable()
+	r.run(r.core.Unreadable(message.IDToRank(sender)))
 }
 
 // batch takes a batch of forwards: each is checked and decoded before
@@ -345,7 +375,7 @@ func (r *replicated[V]) batch(msg *message.Message, sender int, p []byte) {
 		fs, err = r.batchForwards(msg, sender, list)
 	}
 	if err != nil {
-		r.warn.Warn().Err(err).Str("from", message.DescribeID(sender)).Msg("dropping a malformed batch of entries")
+		r.unreadable(sender, "a batch of entries", err)
 		return
 	}
 	for _, f := range fs {
@@ -442,6 +472,12 @@ func (r *replicated[V]) run(outs []replica.Output[*entry[V]]) {
 			}
 		case replica.OutRelease:
 			o.Request.Payload.done = true
+		case replica.OutAskCopy:
+			r.send(o.To, askCopyBody(o.Ack), nil, nil)
+			r.s.po.Metrics().ReplicationSent("askcopy", 0)
+		case replica.OutSayAgain:
+			r.send(o.To, sayAgainBody(), nil, nil)
+			r.s.po.Metrics().ReplicationSent("sayagain", 0)
 		}
 	}
 }

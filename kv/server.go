@@ -155,7 +155,7 @@ func acceptAtServer(po *postoffice.Postoffice, msg *message.Message) error {
 	case message.IsWorkerID(int(msg.Meta.Sender)):
 		return nil
 	case po.Managed() && po.IsMemberServer(int(msg.Meta.Sender)):
-		if k, _ := bodyKind(msg.Meta.Body); k == kindForward || k == kindBatch || k == kindAck || k == kindSnapshot || k == kindRefuse {
+		if k, _ := bodyKind(msg.Meta.Body); replicationKind(k) {
 			return nil
 		}
 	}

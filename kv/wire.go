@@ -37,7 +37,22 @@ const (
 	// kindBatch, between servers: several forwards to the same server in
 	// one message, their data frames one after the other.
 	kindBatch = 'B'
+	// kindAskCopy, between servers: a replica.Ack asking for a copy of its
+	// range (an entry of it could not be read); kindSayAgain: a message
+	// could not be read, say again how far you are (no fields).
+	kindAskCopy  = 'C'
+	kindSayAgain = 'Y'
 )
+
+// replicationKind reports whether k is a message between the servers of
+// a managed job.
+func replicationKind(k byte) bool {
+	switch k {
+	case kindForward, kindBatch, kindAck, kindSnapshot, kindRefuse, kindAskCopy, kindSayAgain:
+		return true
+	}
+	return false
+}
 
 // bodyKind returns the kind of a pslite body and its fields, or 0.
 func bodyKind(body []byte) (byte, []byte) {
@@ -46,7 +61,7 @@ func bodyKind(body []byte) (byte, []byte) {
 	}
 	k := body[len(bodyPrefix)]
 	switch k {
-	case kindTag, kindAnswerTag, kindRedirect, kindForward, kindAck, kindSnapshot, kindRefuse, kindBatch:
+	case kindTag, kindAnswerTag, kindRedirect, kindForward, kindAck, kindSnapshot, kindRefuse, kindBatch, kindAskCopy, kindSayAgain:
 		return k, body[len(bodyPrefix)+1:]
 	}
 	return 0, nil
@@ -262,9 +277,17 @@ func parseBatch(p []byte, n int, sizes []int) ([]batchedForward, error) {
 	return list, f.err
 }
 
-func ackBody(a replica.Ack) []byte {
-	return newBody(kindAck, 24).u(a.Epoch).u(uint64(a.From)).u(a.Inc).u(uint64(a.Range)).u(a.Version).u(a.LSN).b
+func ackBody(a replica.Ack) []byte { return ackKindBody(kindAck, a) }
+
+// askCopyBody asks for a copy of a.Range.
+func askCopyBody(a replica.Ack) []byte { return ackKindBody(kindAskCopy, a) }
+
+func ackKindBody(kind byte, a replica.Ack) []byte {
+	return newBody(kind, 24).u(a.Epoch).u(uint64(a.From)).u(a.Inc).u(uint64(a.Range)).u(a.Version).u(a.LSN).b
 }
+
+// sayAgainBody asks a server to say again how far it is.
+func sayAgainBody() []byte { return newBody(kindSayAgain, 0).b }
 
 func parseAck(p []byte, n int) (replica.Ack, error) {
 	f := &fields{b: p}

@@ -30,6 +30,7 @@ type Metrics struct {
 	stateLost            *prometheus.CounterVec // server
 	viewChanges          prometheus.Counter
 	rangesCopied         prometheus.Counter
+	replicationUnread    prometheus.Counter
 	snapshotWrites       *prometheus.HistogramVec
 	replicationMsgs      *prometheus.CounterVec
 	replicationEntries   prometheus.Counter
@@ -158,12 +159,13 @@ func New() *Metrics {
 	m.stateLost = counterVec("state_lost_pushes_total", "A worker's pushes, answered by a server, that were lost with the server's state (no replica took its place), by the server's rank.", "server")
 	m.viewChanges = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "pslite", Name: "view_changes_total", Help: "Views of a managed job taken (which servers hold each key range)."})
 	m.rangesCopied = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "pslite", Name: "ranges_copied_total", Help: "Key ranges a server copied from another to join their chain."})
-	m.replicationMsgs = counterVec("replication_messages_total", "Messages a server sent other servers to replicate key ranges, by kind (forward: one entry; batch: several; ack, copy, refuse).", "kind")
+	m.replicationMsgs = counterVec("replication_messages_total", "Messages a server sent other servers to replicate key ranges, by kind (forward: one entry; batch: several; ack, copy, refuse; askcopy and sayagain, after a message that could not be read).", "kind")
 	m.replicationEntries = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "pslite", Name: "replication_entries_total", Help: "Entries (requests, snapshot cuts) a server passed on down a chain, alone or in batches."})
 	m.reg.MustRegister(m.replicationEntries)
 	m.snapshotWrites = histogramVec("snapshot_write_seconds", "Time a server took to write one key range of one store to a snapshot, by outcome (ok, error).", "outcome")
 	m.snapshotCommitted = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "pslite", Name: "snapshot_committed_generation", Help: "The last snapshot this server marked complete on disk (0: none yet)."})
-	m.reg.MustRegister(m.viewChanges, m.rangesCopied, m.snapshotCommitted)
+	m.replicationUnread = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "pslite", Name: "replication_unreadable_total", Help: "Messages from other servers of a managed job dropped because they could not be read (each has the server ask for copies of the ranges it lacks)."})
+	m.reg.MustRegister(m.viewChanges, m.rangesCopied, m.snapshotCommitted, m.replicationUnread)
 	return m
 }
 
@@ -298,6 +300,14 @@ func (m *Metrics) ViewChange() {
 func (m *Metrics) RangeCopied() {
 	if m != nil {
 		m.rangesCopied.Inc()
+	}
+}
+
+// ReplicationUnreadable counts a message from another server dropped
+// because it could not be read.
+func (m *Metrics) ReplicationUnreadable() {
+	if m != nil {
+		m.replicationUnread.Inc()
 	}
 }
 

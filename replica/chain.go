@@ -145,6 +145,13 @@ const (
 	// OutRelease: the core keeps Request no more and will not answer it
 	// (the server left the range's chain): free what it holds.
 	OutRelease
+	// OutAskCopy: ask server To, the one Range's entries come from, for a
+	// copy of the range (Ack says who asks, in which view, and how far it
+	// is): an entry of the range never arrived whole here.
+	OutAskCopy
+	// OutSayAgain: ask server To to say again how far it is (SayAgain): a
+	// message from it could not be read here, and it may have been an ack.
+	OutSayAgain
 )
 
 // Output is one thing the driver must do, in order.
@@ -215,6 +222,9 @@ type rangeState[P any] struct {
 	held    []*Request[P] // requests waiting until this server heads the range
 	// forwards received ahead of their turn (a gap, or before the snapshot).
 	early []*Forward[P]
+	// asked: a copy of the range was asked of the server its entries come
+	// from, because one of them is missing here, and has not arrived.
+	asked bool
 	// joiner: the tail it copies from, and whether the copy has arrived.
 	syncer    int
 	syncerInc uint64
@@ -242,6 +252,7 @@ type deferred[P any] struct {
 	req   *Request[P]
 	fwd   *Forward[P]
 	ack   *Ack
+	ask   *Ack // a request for a copy (AskCopy)
 	snap  *Snapshot[P]
 }
 
@@ -267,6 +278,11 @@ type Core[P any] struct {
 	view   *View
 	ranges map[int]*rangeState[P]
 	wait   []deferred[P]
+	// unread marks the servers a message was dropped from as unreadable
+	// and no copy came from since: a range whose entries a later view
+	// says come from one of them asks for a copy (the message may have
+	// been for that view).
+	unread map[int]bool
 }
 
 // maxDeferred bounds the inputs kept for a newer view.
@@ -347,6 +363,20 @@ func (c *Core[P]) SetView(v *View) []Output[P] {
 	for r := range v.Ranges {
 		c.rangeView(&o, r, old)
 	}
+	// Ranges whose entries now come from a server a message was dropped
+	// from.
+	for _, from := range sortedKeys(c.unread) {
+		asked := false
+		for _, r := range sortedKeys(c.ranges) {
+			if rs := c.ranges[r]; c.source(rs) == from && !rs.asked {
+				c.askCopy(&o, rs)
+				asked = true
+			}
+		}
+		if asked {
+			delete(c.unread, from)
+		}
+	}
 	// Ranges this server held and the view no longer lists.
 	for r, rs := range c.ranges {
 		if r >= len(v.Ranges) {
@@ -367,6 +397,8 @@ func (c *Core[P]) SetView(v *View) []Output[P] {
 			o = append(o, c.Forward(d.fwd)...)
 		case d.ack != nil:
 			o = append(o, c.Ack(*d.ack)...)
+		case d.ask != nil:
+			o = append(o, c.AskCopy(*d.ask)...)
 		case d.snap != nil:
 			o = append(o, c.Snapshot(d.snap)...)
 		}
@@ -417,6 +449,7 @@ func (c *Core[P]) rangeView(o *outs[P], r int, old *View) {
 		rs.version = rv.Version
 		rs.acked, rs.upAcked = 0, 0
 		clear(rs.syncAck)
+		rs.asked = false // the next gap asks again, in this version
 	}
 	if newRole == roleJoiner {
 		c.joinerView(o, rs, rv)
@@ -434,8 +467,14 @@ func (c *Core[P]) rangeView(o *outs[P], r int, old *View) {
 	}
 	rs.role = newRole
 	rs.restored = true
-	rs.early = slices.DeleteFunc(rs.early, func(f *Forward[P]) bool { return f.LSN <= rs.applied })
 	rs.pred, rs.succ = rv.Predecessor(c.me), rv.Successor(c.me)
+	// Entries kept ahead of their turn are good only from the server
+	// before this one now: a head takes none, and what an earlier
+	// predecessor (or an earlier process in its place) sent past a gap
+	// holds other requests under the same LSNs.
+	rs.early = slices.DeleteFunc(rs.early, func(f *Forward[P]) bool {
+		return f.LSN <= rs.applied || f.From != rs.pred || f.Inc != c.view.IncOf(f.From)
+	})
 	// Joiners this server no longer sends the range to.
 	for j := range rs.syncing {
 		if !slices.Contains(rv.Joining, j) || rv.Tail() != c.me || c.view.IncOf(j) != rs.syncing[j] {
@@ -449,8 +488,7 @@ func (c *Core[P]) rangeView(o *outs[P], r int, old *View) {
 		for _, j := range rv.Joining {
 			if _, ok := rs.syncing[j]; !ok {
 				rs.syncing[j] = c.view.IncOf(j)
-				rs.syncLSN[j] = rs.applied
-				o.add(Output[P]{Kind: OutSnapshot, To: j, Range: r, LSN: rs.applied, Gen: rs.gen, Applied: rs.dedup.all()})
+				c.copyTo(o, rs, j)
 			}
 		}
 	}
@@ -700,6 +738,9 @@ func (c *Core[P]) Forward(f *Forward[P]) []Output[P] {
 	case rs.role == roleJoiner && f.From == rs.syncer && f.Inc == rs.syncerInc:
 		if !rs.restored || f.LSN > rs.applied+1 {
 			c.early(rs, f)
+			if rs.restored && !rs.asked {
+				c.askCopy(&o, rs) // a gap after the copy
+			}
 			return o
 		}
 		c.memberEntry(&o, rs, f)
@@ -730,7 +771,13 @@ func (c *Core[P]) memberEntry(o *outs[P], rs *rangeState[P], f *Forward[P]) {
 		}
 		return
 	case f.LSN > rs.applied+1:
+		// A gap: an entry before this one never arrived whole (entries
+		// come in order on one connection). It is never sent again; a copy
+		// of the range fills it.
 		c.early(rs, f)
+		if !rs.asked {
+			c.askCopy(o, rs)
+		}
 		return
 	}
 	c.applyEntry(o, rs, f)
@@ -819,7 +866,9 @@ func (c *Core[P]) Ack(a Ack) []Output[P] {
 	return o
 }
 
-// Snapshot takes a copy of a range this server joins.
+// Snapshot takes a copy of a range: one this server joins, or, at a member
+// of the range's chain, one its predecessor sent because an entry was
+// missing here (see AskCopy).
 func (c *Core[P]) Snapshot(s *Snapshot[P]) []Output[P] {
 	var o outs[P]
 	if s.Epoch > c.Epoch() {
@@ -827,30 +876,146 @@ func (c *Core[P]) Snapshot(s *Snapshot[P]) []Output[P] {
 		return o
 	}
 	rs := c.ranges[s.Range]
-	if rs == nil || rs.role != roleJoiner || s.From != rs.syncer || s.Inc != rs.syncerInc {
-		c.log.Debug().Int("from", s.From).Int("range", s.Range).Msg("replica: ignoring a copy of a range this server does not copy from that server")
-		return o
+	switch {
+	case rs != nil && rs.role == roleJoiner && s.From == rs.syncer && s.Inc == rs.syncerInc:
+		if rs.restored && s.LSN <= rs.applied {
+			return o // an old copy, sent again or late: this server is further
+		}
+		for _, f := range c.restore(&o, rs, s) {
+			c.memberEntry(&o, rs, f)
+		}
+		c.ackUp(&o, rs)
+	case rs != nil && rs.role == roleMember && s.From == rs.pred && s.Inc == c.view.IncOf(s.From):
+		if s.LSN <= rs.applied {
+			rs.asked = false // it lacked nothing the copy holds
+			return o
+		}
+		early := c.restore(&o, rs, s)
+		// The servers after this one lack what it lacked: they get the
+		// same copy, ahead of the entries that follow it.
+		c.copyOn(&o, rs)
+		for _, f := range early {
+			c.memberEntry(&o, rs, f)
+		}
+		c.replicated(&o, rs)
+	default:
+		c.log.Debug().Int("from", s.From).Int("range", s.Range).Msg("replica: ignoring a copy of a range this server does not take from that server")
 	}
-	if rs.restored && s.LSN <= rs.applied {
-		return o // an old copy, sent again or late: this server is further
-	}
+	return o
+}
+
+// restore makes copy s range rs's state here, and returns the entries
+// kept ahead of their turn that come after it, in order.
+func (c *Core[P]) restore(o *outs[P], rs *rangeState[P], s *Snapshot[P]) []*Forward[P] {
 	o.add(Output[P]{Kind: OutRestore, Range: s.Range, LSN: s.LSN, Gen: s.Gen, Snapshot: s})
 	rs.applied, rs.gen = s.LSN, s.Gen
 	rs.dedup = newDedup()
 	for _, e := range s.Applied {
 		rs.dedup.put(e)
 	}
-	rs.restored = true
+	rs.restored, rs.asked = true, false
+	delete(c.unread, s.From)
 	rs.cuts = nil
-	early := rs.early
+	early := slices.DeleteFunc(rs.early, func(f *Forward[P]) bool { return f.LSN <= rs.applied })
 	rs.early = nil
 	slices.SortFunc(early, func(a, b *Forward[P]) int { return cmpU64(a.LSN, b.LSN) })
-	for _, f := range early {
-		if f.LSN > rs.applied {
-			c.memberEntry(&o, rs, f)
+	return early
+}
+
+// copyOn sends a copy of range rs, as this server holds it now, to the
+// server after it and to the joiners it passes the range to.
+func (c *Core[P]) copyOn(o *outs[P], rs *rangeState[P]) {
+	if rs.succ >= 0 {
+		o.add(Output[P]{Kind: OutSnapshot, To: rs.succ, Range: rs.r, LSN: rs.applied, Gen: rs.gen, Applied: rs.dedup.all()})
+	}
+	for _, j := range sortedKeys(rs.syncing) {
+		c.copyTo(o, rs, j)
+	}
+}
+
+// copyTo sends joiner j a copy of range rs, as this server holds it now.
+func (c *Core[P]) copyTo(o *outs[P], rs *rangeState[P], j int) {
+	rs.syncLSN[j] = rs.applied
+	o.add(Output[P]{Kind: OutSnapshot, To: j, Range: rs.r, LSN: rs.applied, Gen: rs.gen, Applied: rs.dedup.all()})
+}
+
+// Unreadable says that the driver dropped a message from server from that
+// it could not read: an entry, a batch of them, a copy or an ack. This
+// server may now lack an entry of every range it takes from that server,
+// and entries are never sent twice, so it asks that server for a copy of
+// each; and, as acks are not sent again either, it asks that server to say
+// again how far it is.
+func (c *Core[P]) Unreadable(from int) []Output[P] {
+	o := outs[P]{{Kind: OutSayAgain, To: from}}
+	if c.unread == nil {
+		c.unread = map[int]bool{}
+	}
+	c.unread[from] = true
+	for _, r := range sortedKeys(c.ranges) {
+		if rs := c.ranges[r]; c.source(rs) == from {
+			c.askCopy(&o, rs)
 		}
 	}
-	c.ackUp(&o, rs)
+	return o
+}
+
+// source is the server range rs's entries come from here (-1: none).
+func (c *Core[P]) source(rs *rangeState[P]) int {
+	switch rs.role {
+	case roleMember:
+		return rs.pred
+	case roleJoiner:
+		return rs.syncer
+	}
+	return -1
+}
+
+// askCopy asks the server range rs's entries come from for a copy.
+func (c *Core[P]) askCopy(o *outs[P], rs *rangeState[P]) {
+	from := c.source(rs)
+	if from < 0 {
+		return
+	}
+	rs.asked = true
+	c.log.Warn().Int("range", rs.r).Int("from", from).Uint64("applied", rs.applied).Msg("replica: an entry of the range is missing; asking the server before this one for a copy")
+	o.add(Output[P]{Kind: OutAskCopy, To: from, Range: rs.r, Ack: c.ack(rs, rs.applied)})
+}
+
+// SayAgain takes a request from server from, which could not read a
+// message of this one: this server acknowledges again, to that server,
+// how far it is in every range it takes from it.
+func (c *Core[P]) SayAgain(from int) []Output[P] {
+	var o outs[P]
+	for _, r := range sortedKeys(c.ranges) {
+		if rs := c.ranges[r]; c.source(rs) == from && (rs.role == roleJoiner && rs.restored || rs.role == roleMember && rs.upAcked > 0) {
+			c.ackUp(&o, rs)
+		}
+	}
+	return o
+}
+
+// AskCopy takes a request for a copy of a range from the server this one
+// passes it to (a member after it, or a joiner it copies the range to),
+// which lacks an entry: it gets the range as this server holds it now,
+// ahead of the entries that follow. A request from anyone else is ignored.
+func (c *Core[P]) AskCopy(a Ack) []Output[P] {
+	var o outs[P]
+	if a.Epoch > c.Epoch() {
+		c.deferInput(&o, deferred[P]{epoch: a.Epoch, ask: &a})
+		return o
+	}
+	rs := c.ranges[a.Range]
+	if rs == nil || (rs.role != roleHead && rs.role != roleMember) || a.Inc != c.view.IncOf(a.From) {
+		return o
+	}
+	switch {
+	case a.From == rs.succ:
+		o.add(Output[P]{Kind: OutSnapshot, To: a.From, Range: rs.r, LSN: rs.applied, Gen: rs.gen, Applied: rs.dedup.all()})
+	case rs.syncing[a.From] != 0:
+		c.copyTo(&o, rs, a.From)
+	default:
+		c.log.Debug().Int("from", a.From).Int("range", a.Range).Msg("replica: ignoring a request for a copy from a server this one does not pass the range to")
+	}
 	return o
 }
 

@@ -20,10 +20,16 @@ type scenario struct {
 	cutAt         int  // deliveries before a snapshot is cut (-1: none)
 	dropOnKill    bool
 	resend        float64 // chance a message is delivered again later
+	// unreadableAt: the first entry or copy delivered at or after this
+	// delivery arrives unreadable (0: none; see simNet.unreadableAt);
+	// unreadable: the chance that any does.
+	unreadableAt int
+	unreadable   float64
+	garbled      *int // counts the entries and copies made unreadable
 }
 
 func (sc scenario) String() string {
-	return fmt.Sprintf("n%d-k%d-seed%d-victim%d-at%d-replace%t+%d-cut%d-drop%t-resend%.2f", sc.n, sc.k, sc.seed, sc.victim, sc.killAt, sc.replace, sc.replaceAfter, sc.cutAt, sc.dropOnKill, sc.resend)
+	return fmt.Sprintf("n%d-k%d-seed%d-victim%d-at%d-replace%t+%d-cut%d-drop%t-resend%.2f-unreadable%d/%.2f", sc.n, sc.k, sc.seed, sc.victim, sc.killAt, sc.replace, sc.replaceAfter, sc.cutAt, sc.dropOnKill, sc.resend, sc.unreadableAt, sc.unreadable)
 }
 
 // run plays the scenario and returns the number of deliveries it took.
@@ -32,6 +38,10 @@ func (sc scenario) run(t *testing.T) int {
 	s := newSimNet(t, sc.seed, sc.n, sc.k, sc.workers)
 	s.dropOnKill = sc.dropOnKill
 	s.resendRate = sc.resend
+	s.unreadableRate = sc.unreadable
+	if sc.unreadableAt > 0 {
+		s.unreadableAt = sc.unreadableAt
+	}
 	// Workers get their first view before pushing.
 	for _, w := range s.workers {
 		s.workerMsg(w, simMsg{kind: mView, view: s.planner.View().Clone()})
@@ -78,6 +88,9 @@ func (sc scenario) run(t *testing.T) int {
 		}
 	}
 	s.check(sc.String())
+	if sc.garbled != nil {
+		*sc.garbled += s.unreadable
+	}
 	if sc.replace {
 		// Every range is back on its home set, headed by its home server.
 		for r, rv := range s.planner.View().Ranges {
@@ -241,4 +254,58 @@ func runSecondKill(t *testing.T, sc scenario, second, at int) {
 	}
 	s.settle()
 	s.check(fmt.Sprintf("%s then kill %d at %d", sc, second, at))
+}
+
+// TestUnreadableAtEveryStep makes one entry or copy between servers arrive
+// unreadable (a batch the driver cannot decode: a bug, or a damaged peer)
+// at every point of a run, in chains of two and three servers, alone and
+// with a server killed and replaced: the server that dropped it asks for a
+// copy of the range, the servers after it get the copy too, and every
+// chain ends with exactly the totals answered (before, the chain stalled
+// for good).
+func TestUnreadableAtEveryStep(t *testing.T) {
+	runs, garbled := 0, 0
+	for _, l := range [][2]int{{2, 1}, {3, 1}, {3, 2}} {
+		for _, seed := range []uint64{1, 2} {
+			base := scenario{n: l[0], k: l[1], workers: 2, pushes: 8, after: 3, seed: seed, victim: -1, cutAt: -1}
+			total := base.run(t)
+			for at := 1; at <= total; at++ {
+				sc := base
+				sc.unreadableAt, sc.garbled = at, &garbled
+				sc.run(t)
+				runs++
+				for victim := 0; victim < l[0]; victim += 2 {
+					sc.victim, sc.killAt, sc.replace, sc.replaceAfter = victim, (at*7)%total, true, at%5
+					sc.run(t)
+					runs++
+				}
+			}
+		}
+	}
+	t.Logf("%d runs, %d entries or copies unreadable", runs, garbled)
+	if garbled < runs/2 {
+		t.Fatalf("only %d of %d runs had an entry or copy unreadable", garbled, runs)
+	}
+}
+
+// TestUnreadableOften makes a share of all entries and copies between
+// servers unreadable, on links that also deliver messages twice, with a
+// server killed and replaced and a snapshot cut at random points.
+func TestUnreadableOften(t *testing.T) {
+	runs, garbled := 0, 0
+	for _, l := range [][2]int{{2, 1}, {3, 1}, {3, 2}} {
+		for seed := uint64(10); seed < 110; seed++ {
+			for _, rate := range []float64{0.05, 0.2} {
+				sc := scenario{n: l[0], k: l[1], workers: 2, pushes: 10, after: 5, seed: seed, victim: int(seed) % l[0],
+					killAt: int(seed*13) % 60, replace: seed%2 == 0, replaceAfter: int(seed) % 9, cutAt: int(seed*7) % 50,
+					resend: 0.1 * float64(seed%2), unreadable: rate, garbled: &garbled}
+				sc.run(t)
+				runs++
+			}
+		}
+	}
+	t.Logf("%d runs, %d entries or copies unreadable", runs, garbled)
+	if garbled < runs {
+		t.Fatalf("only %d entries or copies unreadable in %d runs", garbled, runs)
+	}
 }

@@ -39,6 +39,8 @@ const (
 	mView
 	mReport
 	mRefuse
+	mAskCopy
+	mSayAgain
 )
 
 type simMsg struct {
@@ -100,8 +102,15 @@ type simNet struct {
 	// later, behind what its link carries (what PS_RESEND does to a
 	// message whose ACK is late: a duplicate, out of order).
 	resendRate float64
-	log        []string
-	disk       map[uint64]map[int]map[uint64]int64 // shared snapshot directory
+	// unreadableAt is the delivery at or after which the first entry,
+	// copy or ack for a server arrives unreadable (the driver drops it and tells
+	// the core); unreadableRate the chance that any does. unreadable
+	// counts them.
+	unreadableAt   int
+	unreadableRate float64
+	unreadable     int
+	log            []string
+	disk           map[uint64]map[int]map[uint64]int64 // shared snapshot directory
 }
 
 func newSimNet(t *testing.T, seed uint64, n, k, workers int) *simNet {
@@ -110,7 +119,7 @@ func newSimNet(t *testing.T, seed uint64, n, k, workers int) *simNet {
 		t.Fatal(err)
 	}
 	s := &simNet{t: t, rng: rand.New(rand.NewPCG(seed, 99)), n: n, k: k, planner: p,
-		links: map[[2]string][]simMsg{}, disk: map[uint64]map[int]map[uint64]int64{}}
+		links: map[[2]string][]simMsg{}, disk: map[uint64]map[int]map[uint64]int64{}, unreadableAt: -1}
 	for r := 0; r < n; r++ {
 		s.servers = append(s.servers, s.newServer(r))
 	}
@@ -211,8 +220,26 @@ func (s *simNet) step() bool {
 	if s.resendRate > 0 && s.rng.Float64() < s.resendRate {
 		s.links[k] = append(s.links[k], m)
 	}
+	if (m.kind == mFwd || m.kind == mSnap || m.kind == mAck) && s.garble() {
+		s.unreadable++
+		s.logf("%s->%s unreadable %s", m.from, k[1], m)
+		if sv := s.server(k[1]); sv != nil && sv.alive {
+			s.run(sv, sv.core.Unreadable(s.server(m.from).rank))
+		}
+		return true
+	}
 	s.deliver(k[1], m)
 	return true
+}
+
+// garble reports whether the entry or copy delivered now arrives
+// unreadable.
+func (s *simNet) garble() bool {
+	if s.unreadableAt >= 0 && s.steps >= s.unreadableAt {
+		s.unreadableAt = -1
+		return true
+	}
+	return s.unreadableRate > 0 && s.rng.Float64() < s.unreadableRate
 }
 
 func cmpStr(a, b string) int {
@@ -245,6 +272,10 @@ func (m simMsg) String() string {
 		return fmt.Sprintf("report %+v", m.report)
 	case mRefuse:
 		return "refuse"
+	case mAskCopy:
+		return fmt.Sprintf("ask copy r%d lsn%d e%d", m.ack.Range, m.ack.LSN, m.ack.Epoch)
+	case mSayAgain:
+		return "say again"
 	}
 	return "?"
 }
@@ -275,6 +306,10 @@ func (s *simNet) deliver(to string, m simMsg) {
 		outs = sv.core.Ack(m.ack)
 	case mSnap:
 		outs = sv.core.Snapshot(m.snap)
+	case mAskCopy:
+		outs = sv.core.AskCopy(m.ack)
+	case mSayAgain:
+		outs = sv.core.SayAgain(m.rank)
 	case mRefuse:
 		return
 	}
@@ -297,6 +332,7 @@ func (s *simNet) run(sv *simServer, outs []Output[simPayload]) {
 				s.t.Fatalf("%s: entry for key %d applied to range %d", sv.name, p.key, o.Range)
 			}
 			sv.store[p.key] += p.add
+			s.logf("APPLY %s key %d +%d lsn %d -> %d", sv.name, p.key, p.add, o.LSN, sv.store[p.key])
 		case OutRead:
 			s.t.Fatalf("no reads in this simulation")
 		case OutCut:
@@ -318,6 +354,10 @@ func (s *simNet) run(sv *simServer, outs []Output[simPayload]) {
 			s.send(sv.name, srvName(o.To), simMsg{kind: mFwd, fwd: o.Forward})
 		case OutAck:
 			s.send(sv.name, srvName(o.To), simMsg{kind: mAck, ack: o.Ack})
+		case OutAskCopy:
+			s.send(sv.name, srvName(o.To), simMsg{kind: mAskCopy, ack: o.Ack})
+		case OutSayAgain:
+			s.send(sv.name, srvName(o.To), simMsg{kind: mSayAgain, rank: sv.rank})
 		case OutSnapshot:
 			part := map[uint64]int64{}
 			for k, v := range sv.store {

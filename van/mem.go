@@ -70,6 +70,7 @@ type memLink struct {
 	cut     bool
 	held    []memMsg // while cut
 	drop    float64  // probability of losing a message
+	tamper  func(frames [][]byte) [][]byte
 	delay   time.Duration
 	transit []memMsg // delayed, in order
 	armed   bool     // a delivery timer is set
@@ -142,6 +143,15 @@ func (n *MemNetwork) Drop(from, to string, p float64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.linkLocked(from, to).drop = p
+}
+
+// Tamper makes the link from one address to another pass each message's
+// frames (the network's own copy) through f, which may change them, as a
+// damaged peer or a bug would; nil removes it.
+func (n *MemNetwork) Tamper(from, to string, f func(frames [][]byte) [][]byte) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.linkLocked(from, to).tamper = f
 }
 
 // DropAll makes every link lose messages with probability p, on top of any
@@ -303,6 +313,9 @@ func (n *MemNetwork) routeLocked(from, to string, l *memLink, m memMsg) {
 	}
 	if p := max(l.drop, n.dropAll); p > 0 && n.rng.Float64() < p {
 		return
+	}
+	if l.tamper != nil {
+		m.frames = l.tamper(m.frames)
 	}
 	if l.delay <= 0 && len(l.transit) == 0 {
 		n.deliverLocked(to, m)

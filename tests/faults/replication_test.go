@@ -3,9 +3,12 @@ package faults_test
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gopslite/pslite/internal/testcluster"
 	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/postoffice"
 )
@@ -227,4 +230,97 @@ func (e *env) copiesDone() {
 		}
 		return true
 	})
+}
+
+// garbler returns a tamper function that makes every third replication
+// message of the given kinds (forwards, batches of them, acks, copies;
+// the kind byte after kv's "pslite:" body prefix) unreadable, up to most
+// of them, by cutting its body short; hit counts them.
+func garbler(kinds string, most int32, hit *atomic.Int32) func([][]byte) [][]byte {
+	var seen int32
+	return func(frames [][]byte) [][]byte {
+		if len(frames) == 0 {
+			return frames
+		}
+		meta, err := message.Decode(frames[0])
+		const prefix = "pslite:"
+		if err != nil || len(meta.Body) <= len(prefix)+1 || string(meta.Body[:len(prefix)]) != prefix ||
+			!strings.ContainsRune(kinds, rune(meta.Body[len(prefix)])) {
+			return frames
+		}
+		seen++
+		if seen%3 != 1 || hit.Load() >= most {
+			return frames
+		}
+		meta.Body = meta.Body[:len(prefix)+2]
+		b, err := message.Encode(&meta)
+		if err != nil {
+			return frames
+		}
+		hit.Add(1)
+		frames[0] = b
+		return frames
+	}
+}
+
+// TestReplicatedUnreadableMessages: entries, batches, acks and copies
+// between servers arrive unreadable (a damaged peer, or a bug such as the
+// one TestBatchEntriesOwnTheirTypes guards against). The server that drops
+// one asks the sender for a copy of its ranges and to say again how far
+// it is; before, the range's chain stalled for good. The job completes
+// with exact counts, with and without a server killed and replaced.
+func TestReplicatedUnreadableMessages(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		servers int
+		k       int
+		kinds   string
+		replace bool
+	}{
+		{"entries, 2 replicas of 3", 3, 1, "FB", false},
+		{"acks", 3, 1, "A", false},
+		{"everything, 3 servers per chain", 4, 2, "FBAS", false},
+		{"everything, server replaced", 3, 1, "FBAS", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, c.servers, 2, both(replicas(c.k), heartbeats(hbTimeout), withMetrics))
+			var hit atomic.Int32
+			for i, a := range e.c.Servers {
+				for j, b := range e.c.Servers {
+					if i != j {
+						e.net.Tamper(testcluster.Addr(a), testcluster.Addr(b), garbler(c.kinds, 6, &hit))
+					}
+				}
+			}
+			e.startWorkers()
+			e.waitRounds(4)
+			survivors := e.c.Servers
+			if c.replace {
+				victim := e.c.Servers[1]
+				e.kill(victim)
+				e.moreRounds(1)
+				repl := e.startReplacement()
+				for i, a := range e.c.Servers {
+					if i != 1 {
+						e.net.Tamper(testcluster.Addr(a), testcluster.Addr(repl), garbler(c.kinds, 12, &hit))
+					}
+				}
+				e.homeAgain()
+				survivors = append(without(e.c.Servers, victim), repl)
+			}
+			e.moreRounds(4)
+			if hit.Load() == 0 {
+				t.Fatal("no message was made unreadable")
+			}
+			var dropped float64
+			for _, s := range survivors {
+				dropped += s.Metrics().Value("pslite_replication_unreadable_total", nil)
+			}
+			if dropped == 0 {
+				t.Errorf("%d messages made unreadable, none counted as dropped", hit.Load())
+			}
+			t.Logf("%d messages made unreadable, %v dropped as such", hit.Load(), dropped)
+			e.exact(survivors...)
+		})
+	}
 }
