@@ -62,6 +62,11 @@ type Config struct {
 	// PS_RECOVERY_WAIT=0) fails the job as soon as a node is found dead
 	// (a replacement already waiting still takes its place).
 	RecoveryWait time.Duration
+	// ConnectTimeout is PS_CONNECT_TIMEOUT (seconds, default 10): how long
+	// a connection to a node may take to come up before the node counts as
+	// lost. Zero means the default. On lossy links, where TCP's connection
+	// attempts back off (1, 3, 7, 15 s...), raise it.
+	ConnectTimeout time.Duration
 	// DropRate is PS_DROP_MSG, the percentage of received messages dropped.
 	DropRate int
 	// StartTimeout bounds how long Start waits for the job to fill up
@@ -187,6 +192,7 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	if c.RecoveryWait == 0 {
 		c.RecoveryWait = -1
 	}
+	c.ConnectTimeout = time.Duration(intVar("PS_CONNECT_TIMEOUT", int(control.DefaultConnectTimeout/time.Second), 1, 1<<20, false)) * time.Second
 	c.DropRate = intVar("PS_DROP_MSG", 0, 0, 100, false)
 	c.StartTimeout = time.Duration(intVar("PS_START_TIMEOUT", 0, 0, 1<<20, false)) * time.Second
 	c.Resend = intVar("PS_RESEND", 0, 0, 1<<30, false) != 0

@@ -89,6 +89,7 @@ func TestConfigComplete(t *testing.T) {
 		Host:             "10.9.9.9",
 		HeartbeatTimeout: 60 * time.Second,
 		RecoveryWait:     5 * time.Second,
+		ConnectTimeout:   10 * time.Second,
 		SetRankEnv:       true,
 		ResendTimeout:    time.Second,
 		ResendGiveUp:     180 * time.Second,
@@ -131,6 +132,7 @@ func TestConfigOptional(t *testing.T) {
 		"PS_RESEND_GIVEUP", "75",
 		"PS_LINK_TIMEOUT", "0",
 		"PS_RECOVERY_WAIT", "12",
+		"PS_CONNECT_TIMEOUT", "45",
 		"DMLC_PS_VAN_TYPE", "zmq",
 	))
 	checks := []struct {
@@ -152,6 +154,7 @@ func TestConfigOptional(t *testing.T) {
 		{"ResendGiveUp", c.ResendGiveUp, 75 * time.Second},
 		{"LinkTimeout", c.LinkTimeout, time.Duration(0)},
 		{"RecoveryWait", c.RecoveryWait, 12 * time.Second},
+		{"ConnectTimeout", c.ConnectTimeout, 45 * time.Second},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {
@@ -229,6 +232,7 @@ func TestConfigMalformedInts(t *testing.T) {
 		{"DMLC_USE_KUBERNETES", "yes"},
 		{"PS_START_TIMEOUT", "-3"},
 		{"PS_RECOVERY_WAIT", "-1"},
+		{"PS_CONNECT_TIMEOUT", "0"},
 	}
 	for _, c := range cases {
 		err := configErr(t, base().with(c[0], c[1]), c[0], c[1])

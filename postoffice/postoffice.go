@@ -168,6 +168,7 @@ func New(cfg Config, opts ...Option) (*Postoffice, error) {
 		HeartbeatInterval:  cfg.HeartbeatInterval,
 		HeartbeatTimeout:   cfg.HeartbeatTimeout,
 		RecoveryWait:       recoveryWait,
+		ConnectTimeout:     cfg.ConnectTimeout,
 		DropRate:           cfg.DropRate,
 		SetRankEnv:         cfg.SetRankEnv,
 		Resend:             cfg.Resend,

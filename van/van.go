@@ -61,6 +61,10 @@ type Config struct {
 	// ConnGrace is how long a dropped connection may stay down before its
 	// node counts as dead (0: control.DefaultConnGrace).
 	ConnGrace time.Duration
+	// ConnectTimeout is how long a new connection may take to come up
+	// before its node counts as lost (PS_CONNECT_TIMEOUT; 0:
+	// control.DefaultConnectTimeout).
+	ConnectTimeout time.Duration
 	// DropRate is the percentage of received messages dropped once the node
 	// is ready (PS_DROP_MSG, for tests). A positive rate turns Resend on.
 	DropRate int
@@ -264,6 +268,7 @@ func New(cfg Config, tr Transport, h Handler, log zerolog.Logger) (*Van, error) 
 		ConnEvents:         connEvents,
 		Resend:             cfg.Resend,
 		ConnGrace:          cfg.ConnGrace,
+		ConnectTimeout:     cfg.ConnectTimeout,
 		RecoveryWait:       cfg.RecoveryWait,
 		Managed:            cfg.Managed,
 		Replicas:           cfg.Replicas,
