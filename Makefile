@@ -45,8 +45,11 @@ vet:
 check: vet
 	$(GO) test -short -count=1 $$($(GO) list ./... | grep -v /tests)
 
+# -parallel 6: the rows of tests/ that mostly wait for a fault's timeouts
+# (t.Parallel) run beside each other once its sequential tests are done;
+# no other package has parallel tests.
 test: vet nocgo build
-	$(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) test -race -count=1 -timeout 20m -parallel 6 ./...
 	@$(MAKE) --no-print-directory test-poison
 	@$(MAKE) --no-print-directory fuzz
 
@@ -65,9 +68,12 @@ test-poison:
 	PS_POISON_LENT=1 $(GO) test -count=1 -timeout 10m ./kv/ ./psf/
 	PS_POISON_LENT=1 $(GO) test -count=1 -timeout 10m -run '$(POISON_TESTS)' ./tests/
 
+# Everything but libzmq's transport builds without cgo, and the pure-Go
+# transport and fault network work there (make test runs them in full, with
+# -race).
 nocgo:
 	CGO_ENABLED=0 $(GO) build $$($(GO) list ./... | grep -v -e /van/zmqtransport -e /bench/psbench)
-	CGO_ENABLED=0 $(GO) test -count=1 ./van/ ./van/control/ ./van/zmtptransport/ ./tests/faults/
+	CGO_ENABLED=0 $(GO) test -short -count=1 ./van/ ./van/control/ ./van/zmtptransport/ ./tests/faults/
 
 demo: build
 	scripts/local.sh 2 2 $(BUILD)/test_kv_app

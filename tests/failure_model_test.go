@@ -291,6 +291,8 @@ func TestFaultSchedulerKilled(t *testing.T) {
 // (heartbeat timeout 30 s, and heartbeats off). A silence shorter than
 // PS_HEARTBEAT_TIMEOUT is no fault.
 func TestFaultShortFaultsComplete(t *testing.T) {
+	// Parallel: it mostly waits (for a fault's timeouts), so it runs beside the other waiting rows once the package's sequential tests are done (make test's -parallel).
+	t.Parallel()
 	cases := []struct {
 		name  string
 		netns bool
@@ -390,6 +392,8 @@ func cont(t *testing.T, r *row, p *proc) {
 // With heartbeats every process exits non-zero within the bound of the
 // cut, the cut-off server on its own.
 func TestFaultLongPartition(t *testing.T) {
+	// Parallel: it mostly waits (for a fault's timeouts), so it runs beside the other waiting rows once the package's sequential tests are done (make test's -parallel).
+	t.Parallel()
 	const outage = 60 * time.Second
 	for _, c := range []struct {
 		name string
@@ -434,6 +438,8 @@ func TestFaultLongPartition(t *testing.T) {
 // exits non-zero within the bound, the cut-off one included (it loses the
 // scheduler).
 func TestFaultLinkDownForGood(t *testing.T) {
+	// Parallel: it mostly waits (for a fault's timeouts), so it runs beside the other waiting rows once the package's sequential tests are done (make test's -parallel).
+	t.Parallel()
 	for _, c := range []struct{ who, how string }{{"worker", "heartbeats"}, {"scheduler", "heartbeats"}, {"worker", "link timeout"}} {
 		who, env := c.who, heartbeatEnv
 		if c.how == "link timeout" {

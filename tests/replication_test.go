@@ -115,6 +115,8 @@ func TestReplicationServerStopped(t *testing.T) {
 // no push lost; the cut-off server stops on its own (it lost the
 // scheduler), and what it says when its link returns changes nothing.
 func TestReplicationServerCutOff(t *testing.T) {
+	// Parallel: it mostly waits (for a fault's timeouts), so it runs beside the other waiting rows once the package's sequential tests are done (make test's -parallel).
+	t.Parallel()
 	for _, c := range []struct {
 		name string
 		for_ time.Duration // 0: for good

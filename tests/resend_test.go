@@ -77,11 +77,14 @@ func TestResendGivesUp(t *testing.T) {
 // PS_DROP_MSG without PS_RESEND turns resending on (C++ ps-lite hangs): the
 // job completes too, and every process says why it resends.
 func TestKVAppUnderDrops(t *testing.T) {
+	// Parallel: its jobs mostly wait for resend timeouts, so they run beside each other and the other waiting rows once the package's sequential tests are done (make test's -parallel).
+	t.Parallel()
 	for _, c := range []struct {
 		drop   string
 		resend bool
 	}{{"20", true}, {"30", true}, {"20", false}} {
 		t.Run(fmt.Sprintf("drop=%s resend=%v", c.drop, c.resend), func(t *testing.T) {
+			t.Parallel()
 			env := []string{"PS_RESEND_TIMEOUT=50", "PS_DROP_MSG=" + c.drop}
 			if c.resend {
 				env = append(env, "PS_RESEND=1")
