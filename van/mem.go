@@ -28,10 +28,14 @@ type MemNetwork struct {
 	endpoints map[string]*memEndpoint // by address
 	links     map[[2]string]*memLink  // by (from, to) address
 	early     map[string][]memMsg     // for addresses nobody has bound (yet)
-	nextPort  int
-	dropAll   float64
-	idle      chan struct{} // closed and replaced when a receiver starts waiting or an event is handled
-	events    int           // connection events queued or being handled
+	// dialers holds, per address, the transports that ever connected to
+	// it: a connection event there concerns them alone (with thousands of
+	// nodes, telling every transport of every event was quadratic).
+	dialers  map[string]map[*memTransport]struct{}
+	nextPort int
+	dropAll  float64
+	idle     chan struct{} // closed and replaced when a receiver starts waiting or an event is handled
+	events   int           // connection events queued or being handled
 }
 
 // memLimit bounds a node's receive queue for Send (the peer does not keep
@@ -89,6 +93,7 @@ func NewMemNetworkClock(clock Clock, seed uint64) *MemNetwork {
 		endpoints: make(map[string]*memEndpoint),
 		links:     make(map[[2]string]*memLink),
 		early:     make(map[string][]memMsg),
+		dialers:   make(map[string]map[*memTransport]struct{}),
 		idle:      make(chan struct{}),
 	}
 }
@@ -287,9 +292,9 @@ func (n *MemNetwork) Kill(addr string) {
 // connection went down or came up.
 func (n *MemNetwork) connectionEvent(addr string, up bool) {
 	n.mu.Lock()
-	var ts []*memTransport
-	for _, ep := range n.endpoints {
-		ts = append(ts, ep.owner)
+	ts := make([]*memTransport, 0, len(n.dialers[addr]))
+	for t := range n.dialers[addr] {
+		ts = append(ts, t)
 	}
 	n.mu.Unlock()
 	for _, t := range ts {
@@ -381,6 +386,9 @@ type memTransport struct {
 	// look up the address that went up or down (a scan of every peer
 	// made a job's start and end cost its size cubed).
 	atAddr map[string]map[int]struct{}
+	// dialed is every address the transport connected to (its entries in
+	// the network's dialers); guarded by the network's mu.
+	dialed map[string]struct{}
 	gens   int // the last memPeer.gen given
 	// held holds what is sent to the peers held by Hold (see Batcher), in
 	// order, until Flush.
@@ -648,6 +656,14 @@ func (t *memTransport) Connect(id int, host string, port int, identity string) e
 	t.net.mu.Lock()
 	ep := t.net.endpoints[addr]
 	live := ep != nil && !ep.dead
+	if t.net.dialers[addr] == nil {
+		t.net.dialers[addr] = map[*memTransport]struct{}{}
+	}
+	t.net.dialers[addr][t] = struct{}{}
+	if t.dialed == nil {
+		t.dialed = map[string]struct{}{}
+	}
+	t.dialed[addr] = struct{}{}
 	t.net.mu.Unlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -832,6 +848,13 @@ func (t *memTransport) Close() error {
 	}
 	n := t.net
 	n.mu.Lock()
+	for addr := range t.dialed {
+		delete(n.dialers[addr], t)
+		if len(n.dialers[addr]) == 0 {
+			delete(n.dialers, addr)
+		}
+	}
+	t.dialed = nil
 	ep := n.endpoints[t.addr]
 	mine := ep != nil && ep.owner == t
 	if mine {

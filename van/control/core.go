@@ -249,7 +249,7 @@ type Core struct {
 
 	peers     map[int]*peer      // by process id; see peer
 	connected map[int]string     // id -> address of each connection made
-	links     map[int]*linkState // a server's or worker's connections to its peers
+	links     map[int]*linkState // a server's or worker's connections to its peers that are down
 
 	// The scheduler's.
 	registered  []message.Node         // ADD_NODE requests until the job is full, then the node list

@@ -202,12 +202,12 @@ func (c *Core) Connection(id int, up bool, now time.Time) []Output {
 		if _, ok := c.connected[id]; !ok {
 			return nil
 		}
+		// links holds only the connections that are down, so that Tick
+		// looks at those alone (a job of thousands of nodes has millions
+		// of connections up).
 		l := c.links[id]
-		if l == nil {
-			l = &linkState{}
-			c.links[id] = l
-		}
 		switch {
+		case up && l == nil:
 		case up:
 			if l.reported {
 				o.notify(Event{Type: EventPeerUp, ID: id})
@@ -215,9 +215,9 @@ func (c *Core) Connection(id int, up bool, now time.Time) []Output {
 				role, _ := message.RoleOfID(id)
 				c.blip(&o, message.Node{ID: int32(id), Role: role})
 			}
-			*l = linkState{}
-		case l.downSince.IsZero():
-			l.downSince = now
+			delete(c.links, id)
+		case l == nil:
+			c.links[id] = &linkState{downSince: now}
 		}
 	}
 	return o
