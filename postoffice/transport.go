@@ -33,10 +33,15 @@ func newTransport(cfg Config, log zerolog.Logger) (van.Transport, error) {
 			id := van.ParseIdentity([]byte(identity))
 			return id != message.Empty && message.IsMember(int(id), cfg.NumServers, cfg.NumWorkers)
 		},
-		LinkTimeout: cfg.LinkTimeout,
-		PoisonLent:  cfg.PoisonLent,
-		Process:     newIncarnation(),
-		Log:         log,
+		// A connection claiming a member's id before this node knows the
+		// job waits until it does (and is checked against the incarnation),
+		// but for the scheduler's, which brings the list.
+		AwaitMembers:      true,
+		SchedulerIdentity: van.Identity(message.Scheduler),
+		LinkTimeout:       cfg.LinkTimeout,
+		PoisonLent:        cfg.PoisonLent,
+		Process:           newIncarnation(),
+		Log:               log,
 	})
 }
 

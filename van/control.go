@@ -78,6 +78,9 @@ func (v *Van) noteLocked(e control.Event) bool {
 			// message from a ready peer is acknowledged and deduplicated.
 			v.res.Store(newResendDriver(v, control.ResendConfig{Timeout: v.cfg.ResendTimeout, GiveUp: v.cfg.ResendGiveUp, MaxRetry: v.cfg.ResendMaxRetry}))
 		}
+		if w, ok := v.tr.(MembershipWatcher); ok {
+			w.MembersKnown()
+		}
 		v.isReady.Store(true)
 		close(v.ready)
 		return false

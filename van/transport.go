@@ -27,6 +27,15 @@ var ErrClosed = errors.New("van: transport closed")
 // dropped and receiving goes on.
 var ErrOversized = errors.New("van: message too large")
 
+// MembershipWatcher is implemented by transports that hold connections
+// claiming a member's identity until the node knows the job's members (the
+// ZMTP transport, with AwaitMembers): the van calls MembersKnown once the
+// node has joined (it has the node list, and the incarnations a Go
+// scheduler sends before it).
+type MembershipWatcher interface {
+	MembersKnown()
+}
+
 // Incarnations is implemented by transports that tell processes apart:
 // every connection this node makes presents the node's process
 // incarnation (a random number it draws when it starts), and an accepted

@@ -237,3 +237,67 @@ func TestIdentityClaimerSendsSmallMessagesOnly(t *testing.T) {
 		t.Fatalf("the member's large message: %q from %q", frames[0], ident)
 	}
 }
+
+// A connection that claims a member's identity before the node knows the
+// job's members (AwaitMembers) is not read: a stranger that connects early
+// under the id of a node that has not joined cannot make this node hold a
+// member's large frame. Once the members are known, the claim is checked
+// against the identity's incarnation: the stranger is closed and the real
+// member served. The scheduler's connection, which brings the member list,
+// is served at once; a claim nobody confirms is closed after MemberWait.
+func TestEarlyClaimsOfMembersWait(t *testing.T) {
+	member := func(id string) bool { return id == "ps1" || id == "ps9" || id == "ps11" }
+	rx, port := bound(t, Options{IsMember: member, AwaitMembers: true, SchedulerIdentity: "ps1", MemberWait: wait})
+	sched := rawPeerOf(t, port, "ps1", "sched")
+	sched.Write(appendMessage(nil, [][]byte{[]byte("node list")}))
+	if ident, frames := recv(t, rx); ident != "ps1" || string(frames[0]) != "node list" {
+		t.Fatalf("the scheduler's message: %q from %q", frames[0], ident)
+	}
+
+	// A stranger under worker 9's id starts a frame of 1 GiB - 1 KiB: the
+	// node does not read it, so its writes stall once the sockets' buffers
+	// are full.
+	intruder := rawPeerOf(t, port, "ps9", "intruder")
+	intruder.Write(appendHeader(nil, 0, 1<<30-1<<10))
+	intruder.SetWriteDeadline(time.Now().Add(2 * time.Second))
+	chunk := make([]byte, 1<<20)
+	sent := 0
+	for ; sent < 64; sent++ {
+		if _, err := intruder.Write(chunk); err != nil {
+			break
+		}
+	}
+	if sent == 64 {
+		t.Fatalf("the node read 64 MB of a frame from a claim of a member's id before it knew the members")
+	}
+	// Worker 11, early too, sends a large message: it waits as well.
+	worker := rawPeerOf(t, port, "ps11", "worker11")
+	big := pattern(2<<20, 5)
+	worker.Write(appendMessage(nil, [][]byte{[]byte("large"), big}))
+	if ident, frames, err := rx.Recv(); err == nil {
+		t.Fatalf("%q from %q delivered before the members were known", frames[0], ident)
+	}
+
+	rx.SetIncarnations(map[int]string{9: "worker9", 11: "worker11"})
+	rx.MembersKnown()
+	if ident, frames := recv(t, rx); ident != "ps11" || len(frames) != 2 || !bytes.Equal(frames[1], big) {
+		t.Fatalf("worker 11's large message: %q from %q", frames[0], ident)
+	}
+	intruder.SetReadDeadline(time.Now().Add(wait))
+	var ne net.Error
+	if _, err := io.Copy(io.Discard, intruder); errors.As(err, &ne) && ne.Timeout() {
+		t.Fatal("the stranger under worker 9's id was not closed once the members were known")
+	}
+
+	// Nobody says who the members are: the claim is closed after the wait.
+	quiet, qport := bound(t, Options{IsMember: member, AwaitMembers: true, SchedulerIdentity: "ps1", MemberWait: 200 * time.Millisecond})
+	early := rawPeerOf(t, qport, "ps9", "")
+	early.Write(appendMessage(nil, [][]byte{[]byte("hello")}))
+	early.SetReadDeadline(time.Now().Add(wait))
+	if _, err := io.Copy(io.Discard, early); errors.As(err, &ne) && ne.Timeout() {
+		t.Fatal("a claim of a member's id was not closed after MemberWait")
+	}
+	if ident, frames, err := quiet.Recv(); err == nil {
+		t.Fatalf("%q from %q delivered though the members were never known", frames[0], ident)
+	}
+}

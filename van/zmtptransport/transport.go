@@ -92,6 +92,22 @@ type Options struct {
 	// they are given back, so that a handler that keeps a view of its
 	// request reads garbage in its tests (PS_POISON_LENT).
 	PoisonLent bool
+	// AwaitMembers holds a connection that claims a member's identity
+	// (see IsMember) before the node knows the job's members: it is not
+	// read past its handshake until MembersKnown is called, then served if
+	// its process is the node's known incarnation (or the node has none: a
+	// libzmq or C++ peer), and closed after MemberWait otherwise. So a
+	// stranger that connects early under the id of a node that has not
+	// joined yet cannot send a member's large messages. The nodes of a job
+	// connect to each other only once they know its members, so they do
+	// not wait in practice. The scheduler's connection (SchedulerIdentity)
+	// is not held: the list of members comes over it.
+	AwaitMembers bool
+	// SchedulerIdentity is the scheduler's identity ("ps1"), which
+	// AwaitMembers does not hold.
+	SchedulerIdentity string
+	// MemberWait bounds that wait; 0 means 60s.
+	MemberWait time.Duration
 	// Process is this process's incarnation, presented on every
 	// connection it makes (the "X-Pslite-Process" property of its READY;
 	// libzmq peers ignore it); see van.Incarnations.
@@ -171,10 +187,13 @@ type Transport struct {
 	netLog zerolog.Logger
 	ln     net.Listener
 
-	inbox   chan []inMsg
-	stop    chan struct{} // closed by Close
-	timer   *time.Timer   // Recv's; the receive loop's
-	pending []inMsg       // the rest of the batch Recv took last; the receive loop's
+	inbox chan []inMsg
+	stop  chan struct{} // closed by Close
+	// known is closed by MembersKnown (see Options.AwaitMembers).
+	known     chan struct{}
+	knownOnce sync.Once
+	timer     *time.Timer // Recv's; the receive loop's
+	pending   []inMsg     // the rest of the batch Recv took last; the receive loop's
 
 	mu    sync.Mutex // guards the fields below; never held across I/O
 	peers map[int]*peer
@@ -214,6 +233,7 @@ var (
 	_ van.Handover           = (*Transport)(nil)
 	_ van.Lender             = (*Transport)(nil)
 	_ van.Incarnations       = (*Transport)(nil)
+	_ van.MembershipWatcher  = (*Transport)(nil)
 )
 
 // inMsg is a received message, or the error of one that was skipped.
@@ -276,6 +296,7 @@ func New(opts Options) (*Transport, error) {
 		netLog:       van.RateLimited(opts.Log),
 		inbox:        make(chan []inMsg, inboxLen),
 		stop:         make(chan struct{}),
+		known:        make(chan struct{}),
 		peers:        map[int]*peer{},
 		conns:        map[*inConn]struct{}{},
 		handshaking:  map[*inConn]uint64{},
@@ -460,6 +481,10 @@ func (t *Transport) serve(ic *inConn) {
 		return
 	}
 	ic.process = props[strings.ToLower(processProperty)]
+	if t.opts.AwaitMembers && t.member(props["identity"]) && props["identity"] != t.opts.SchedulerIdentity &&
+		!t.awaitMembers(ic, props["identity"]) {
+		return
+	}
 	pingMsg := ping(t.opts.LinkTimeout)
 	lk := t.watch(ic.c, func() { ic.write(pingMsg, t.opts.HandshakeTimeout) })
 	defer t.unwatch(lk)
@@ -600,6 +625,46 @@ func (t *Transport) admit(props map[string]string) error {
 		return fmt.Errorf("identity %s belongs to another process now (this one was replaced, or is not that node)", ident)
 	}
 	return nil
+}
+
+// MembersKnown implements van.MembershipWatcher: the node knows the job's
+// members (and their incarnations) now; connections held by AwaitMembers
+// are checked and served.
+func (t *Transport) MembersKnown() { t.knownOnce.Do(func() { close(t.known) }) }
+
+// awaitMembers holds ic, which claims member identity ident, until the
+// node knows the job's members, and reports whether it may be served:
+// its process must be the identity's known incarnation, if there is one.
+// It still counts as a stranger meanwhile (see Options.MaxStrangers).
+func (t *Transport) awaitMembers(ic *inConn, ident string) bool {
+	select {
+	case <-t.known:
+	default:
+		wait := t.opts.MemberWait
+		if wait <= 0 {
+			wait = 60 * time.Second
+		}
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		select {
+		case <-t.known:
+		case <-t.stop:
+			return false
+		case <-timer.C:
+			t.netLog.Warn().Str("identity", ident).Str("from", ic.c.RemoteAddr().String()).Dur("waited", wait).
+				Msg("zmtp: closing a connection that claims a member's identity this node never learnt of")
+			return false
+		}
+	}
+	t.mu.Lock()
+	want := t.incarnations[ident]
+	t.mu.Unlock()
+	if want != "" && ic.process != want {
+		t.netLog.Warn().Str("identity", ident).Str("from", ic.c.RemoteAddr().String()).
+			Msg("zmtp: closing a connection that claimed a member's identity before this node knew the job: it belongs to another process")
+		return false
+	}
+	return true
 }
 
 // ProcessOf implements van.Incarnations.

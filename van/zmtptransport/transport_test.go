@@ -177,6 +177,12 @@ func TestAnonymousIdentityAndUnixSockets(t *testing.T) {
 // with identity, by hand.
 func rawPeer(t *testing.T, port int, identity string) net.Conn {
 	t.Helper()
+	return rawPeerOf(t, port, identity, "")
+}
+
+// rawPeerOf is rawPeer presenting process as its incarnation.
+func rawPeerOf(t *testing.T, port int, identity, process string) net.Conn {
+	t.Helper()
 	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +194,7 @@ func rawPeer(t *testing.T, port int, identity string) net.Conn {
 	if _, err := readFull(c, buf); err != nil {
 		t.Fatal(err)
 	}
-	c.Write(ready("DEALER", identity, ""))
+	c.Write(ready("DEALER", identity, process))
 	return c
 }
 
