@@ -926,7 +926,7 @@ func (c *Core[P]) restore(o *outs[P], rs *rangeState[P], s *Snapshot[P]) []*Forw
 // server after it and to the joiners it passes the range to.
 func (c *Core[P]) copyOn(o *outs[P], rs *rangeState[P]) {
 	if rs.succ >= 0 {
-		o.add(Output[P]{Kind: OutSnapshot, To: rs.succ, Range: rs.r, LSN: rs.applied, Gen: rs.gen, Applied: rs.dedup.all()})
+		c.sendCopy(o, rs, rs.succ)
 	}
 	for _, j := range sortedKeys(rs.syncing) {
 		c.copyTo(o, rs, j)
@@ -936,7 +936,14 @@ func (c *Core[P]) copyOn(o *outs[P], rs *rangeState[P]) {
 // copyTo sends joiner j a copy of range rs, as this server holds it now.
 func (c *Core[P]) copyTo(o *outs[P], rs *rangeState[P], j int) {
 	rs.syncLSN[j] = rs.applied
-	o.add(Output[P]{Kind: OutSnapshot, To: j, Range: rs.r, LSN: rs.applied, Gen: rs.gen, Applied: rs.dedup.all()})
+	c.sendCopy(o, rs, j)
+}
+
+// sendCopy sends server to a copy of range rs, as this server holds it
+// now (the driver takes it from the store when it carries the output out,
+// after everything before it).
+func (c *Core[P]) sendCopy(o *outs[P], rs *rangeState[P], to int) {
+	o.add(Output[P]{Kind: OutSnapshot, To: to, Range: rs.r, LSN: rs.applied, Gen: rs.gen, Applied: rs.dedup.all()})
 }
 
 // Unreadable says that the driver dropped a message from server from that
@@ -1010,7 +1017,7 @@ func (c *Core[P]) AskCopy(a Ack) []Output[P] {
 	}
 	switch {
 	case a.From == rs.succ:
-		o.add(Output[P]{Kind: OutSnapshot, To: a.From, Range: rs.r, LSN: rs.applied, Gen: rs.gen, Applied: rs.dedup.all()})
+		c.sendCopy(&o, rs, a.From)
 	case rs.syncing[a.From] != 0:
 		c.copyTo(&o, rs, a.From)
 	default:
