@@ -162,6 +162,8 @@ func counts(out string) [][]int {
 // exits non-zero naming the worker. With heartbeats off, the closed
 // connection alone tells.
 func TestFaultWorkerKilled(t *testing.T) {
+	// Parallel: it mostly waits (for a fault's timeouts), so it runs beside the other waiting rows once the package's sequential tests are done (make test's -parallel).
+	t.Parallel()
 	for _, c := range []struct {
 		name string
 		env  []string
@@ -171,6 +173,7 @@ func TestFaultWorkerKilled(t *testing.T) {
 		{"heartbeats off", nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			r := startRow(t, false, 2, 2, rowRounds, c.env)
 			r.killForGood(t, r.j.workers[1])
 		})

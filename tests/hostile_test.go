@@ -113,17 +113,18 @@ func TestHostileInput(t *testing.T) {
 	attack.Wait()
 	ctx.Term()
 	t.Logf("sent %d hostile messages: %v", sent, pairs)
-	// A node may stop reading a stranger that claims a member's identity
-	// (its sends then time out), sooner or later depending on the machine's
-	// load, so the total varies from run to run; what must hold is that
-	// every identity reached both nodes with at least a round of garbage.
+	// A node refuses or stops reading a connection that claims a member's
+	// identity (ps1, ps8, ps9 here) sooner or later depending on the
+	// machine's load, so how much of their garbage gets out varies from run
+	// to run, down to nothing. Those with no identity or one that names no
+	// node are read and dropped: each must reach both nodes with at least
+	// a round of garbage.
 	perRound := len(garbage(rand.New(rand.NewPCG(1, 2)), valid))
-	if len(pairs) != 12 {
-		t.Errorf("%d of 12 identity and port pairs sent anything: %v", len(pairs), pairs)
-	}
-	for p, n := range pairs {
-		if n < perRound {
-			t.Errorf("%s: only %d hostile messages sent, less than a round (%d)", p, n, perRound)
+	for _, ident := range []string{"", "xx", "ps99999999999"} {
+		for _, port := range targets {
+			if n := pairs[fmt.Sprintf("%q to %d", ident, port)]; n < perRound {
+				t.Errorf("identity %q to port %d: only %d hostile messages sent, less than a round (%d)", ident, port, n, perRound)
+			}
 		}
 	}
 	c.Finalize(t)

@@ -754,7 +754,10 @@ func TestNetnsKVAppNetem(t *testing.T) {
 // scheduler fails the start-up naming it and that address, and the node
 // itself fails once the scheduler has ended, instead of waiting for ever.
 func TestNetnsFirstInterfaceNotOnTheJobNetwork(t *testing.T) {
+	// Parallel: its second row waits for a connection timeout, so it runs beside the other waiting rows once the package's sequential tests are done (make test's -parallel).
+	t.Parallel()
 	t.Run("found by the route", func(t *testing.T) {
+		t.Parallel()
 		h := newHostsWith(t, 5, true)
 		if out, _ := h.inHost(1, "ip", "-o", "-4", "addr"); !strings.Contains(out, "d0") || strings.Index(out, "d0") > strings.Index(out, netnsIface) {
 			t.Fatalf("the decoy is not the first interface:\n%s", out)
@@ -772,6 +775,7 @@ func TestNetnsFirstInterfaceNotOnTheJobNetwork(t *testing.T) {
 		}
 	})
 	t.Run("told the wrong interface", func(t *testing.T) {
+		t.Parallel()
 		h := newHostsWith(t, 3, true)
 		h.servers, h.workers = 1, 1
 		start := time.Now()
