@@ -278,10 +278,10 @@ type Core[P any] struct {
 	view   *View
 	ranges map[int]*rangeState[P]
 	wait   []deferred[P]
-	// unread marks the servers a message was dropped from as unreadable
-	// and no copy came from since: a range whose entries a later view
-	// says come from one of them asks for a copy (the message may have
-	// been for that view).
+	// unread marks the servers a message was dropped from as unreadable:
+	// the first later view in which some range's entries come from one of
+	// them has those ranges ask for a copy (the message may have been for
+	// that view), and clears the mark.
 	unread map[int]bool
 }
 
@@ -914,7 +914,6 @@ func (c *Core[P]) restore(o *outs[P], rs *rangeState[P], s *Snapshot[P]) []*Forw
 		rs.dedup.put(e)
 	}
 	rs.restored, rs.asked = true, false
-	delete(c.unread, s.From)
 	rs.cuts = nil
 	early := slices.DeleteFunc(rs.early, func(f *Forward[P]) bool { return f.LSN <= rs.applied })
 	rs.early = nil
