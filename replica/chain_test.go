@@ -25,7 +25,7 @@ type scenario struct {
 	// unreadable: the chance that any does.
 	unreadableAt int
 	unreadable   float64
-	garbled      *int // counts the entries and copies made unreadable
+	garbled      *int // counts the entries, copies and acks made unreadable
 }
 
 func (sc scenario) String() string {
@@ -256,7 +256,7 @@ func runSecondKill(t *testing.T, sc scenario, second, at int) {
 	s.check(fmt.Sprintf("%s then kill %d at %d", sc, second, at))
 }
 
-// TestUnreadableAtEveryStep makes one entry or copy between servers arrive
+// TestUnreadableAtEveryStep makes one entry, copy or ack between servers arrive
 // unreadable (a batch the driver cannot decode: a bug, or a damaged peer)
 // at every point of a run, in chains of two and three servers, alone and
 // with a server killed and replaced: the server that dropped it asks for a
@@ -282,13 +282,13 @@ func TestUnreadableAtEveryStep(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d runs, %d entries or copies unreadable", runs, garbled)
+	t.Logf("%d runs, %d entries, copies or acks unreadable", runs, garbled)
 	if garbled < runs/2 {
-		t.Fatalf("only %d of %d runs had an entry or copy unreadable", garbled, runs)
+		t.Fatalf("only %d of %d runs had an entry, copy or ack unreadable", garbled, runs)
 	}
 }
 
-// TestUnreadableOften makes a share of all entries and copies between
+// TestUnreadableOften makes a share of all entries, copies and acks between
 // servers unreadable, on links that also deliver messages twice, with a
 // server killed and replaced and a snapshot cut at random points.
 func TestUnreadableOften(t *testing.T) {
@@ -304,8 +304,8 @@ func TestUnreadableOften(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d runs, %d entries or copies unreadable", runs, garbled)
+	t.Logf("%d runs, %d entries, copies or acks unreadable", runs, garbled)
 	if garbled < runs {
-		t.Fatalf("only %d entries or copies unreadable in %d runs", garbled, runs)
+		t.Fatalf("only %d entries, copies or acks unreadable in %d runs", garbled, runs)
 	}
 }
