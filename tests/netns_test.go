@@ -188,6 +188,16 @@ func newHostsOrLoopback(t *testing.T, n int) *hosts {
 	if reason := netnsUsable(); reason == "" {
 		return newHosts(t, n)
 	}
+	return newLoopbackHosts(t, n)
+}
+
+// newLoopbackHosts returns n hosts that are all this one: every node runs
+// here, on loopback.
+func newLoopbackHosts(t *testing.T, n int) *hosts {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("multi-process tests start whole jobs; skipped with -short")
+	}
 	h := &hosts{n: n, loopback: true, counts: map[string]int{}, port: testcluster.FreePort(t)}
 	t.Cleanup(func() { h.cleanup(t) })
 	return h

@@ -95,6 +95,10 @@ const DefaultMaxMessageBytes = 1 << 30
 // data frames (keys, values, lens).
 const DefaultMaxFrames = 64
 
+// handshakeTimeout bounds an accepted connection's ZMTP handshake, as the
+// ZMTP transport's default Options.HandshakeTimeout does.
+const handshakeTimeout = 10 * time.Second
+
 // Transport is the ZeroMQ transport of C++ ps-lite: one ROUTER socket
 // receives from every peer and one DEALER socket per peer sends to it.
 //
@@ -262,6 +266,13 @@ func (t *Transport) Bind(host string, port, maxRetry int) (int, error) {
 		return 0, fmt.Errorf("van: receive timeout: %w", err)
 	}
 	sock.SetLinger(0)
+	// A connection whose handshake has not finished within this is dropped
+	// (libzmq's default is 30 s): a greeting sent a byte at a time holds
+	// the socket no longer than the ZMTP transport's would.
+	if err := sock.SetHandshakeIvl(handshakeTimeout); err != nil {
+		sock.Close()
+		return 0, fmt.Errorf("van: handshake timeout: %w", err)
+	}
 	if err := t.setLinkTimeout(sock); err != nil {
 		sock.Close()
 		return 0, err
