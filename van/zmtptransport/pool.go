@@ -1,7 +1,9 @@
 package zmtptransport
 
 import (
+	"runtime/debug"
 	"sync"
+	"time"
 
 	"github.com/gopslite/pslite/van/internal/quarantine"
 )
@@ -21,16 +23,27 @@ const lendMin = 512 << 10
 // quarantine (van/internal/quarantine), oldest leaving first, so that a
 // view kept past its release keeps reading 0xDB bytes instead of the next
 // message received into the same memory.
+//
+// A buffer kept unused for poolIdle is let go, so that a node whose large
+// messages have stopped (a job phase over, a peer gone) gives their memory
+// back: a timer armed while the pool keeps anything trims it, and when that
+// frees at least returnBytes the memory is handed back to the system at
+// once rather than over the runtime's next minutes.
 type bufPool struct {
 	mu         sync.Mutex
 	free       [][]byte
+	since      []time.Time // when each of free was put
 	bytes      int
 	quarantine quarantine.Q[[]byte]
+	timer      *time.Timer // armed while free holds buffers
+	closed     bool
 }
 
 const (
 	poolBuffers = 8
 	poolBytes   = 1 << 30
+	poolIdle    = 30 * time.Second
+	returnBytes = 64 << 20
 )
 
 // get returns a buffer of n bytes: a kept one at most twice as large as
@@ -56,11 +69,7 @@ func (p *bufPool) kept(n int) []byte {
 	}
 	if best >= 0 {
 		b := p.free[best]
-		last := len(p.free) - 1
-		p.free[best] = p.free[last]
-		p.free[last] = nil
-		p.free = p.free[:last]
-		p.bytes -= cap(b)
+		p.removeLocked(best)
 		p.mu.Unlock()
 		return b[:n]
 	}
@@ -83,9 +92,66 @@ func (p *bufPool) put(b []byte, poison bool) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.free) >= poolBuffers || p.bytes+cap(b) > poolBytes {
+	if p.closed || len(p.free) >= poolBuffers || p.bytes+cap(b) > poolBytes {
 		return
 	}
 	p.free = append(p.free, b[:0])
+	p.since = append(p.since, time.Now())
 	p.bytes += cap(b)
+	if p.timer == nil {
+		p.timer = time.AfterFunc(poolIdle, p.trimIdle)
+	}
+}
+
+// removeLocked drops free[i] from the pool.
+func (p *bufPool) removeLocked(i int) {
+	last := len(p.free) - 1
+	p.bytes -= cap(p.free[i])
+	p.free[i], p.since[i] = p.free[last], p.since[last]
+	p.free[last] = nil
+	p.free, p.since = p.free[:last], p.since[:last]
+}
+
+// trim lets go of the buffers kept unused since before idleSince and
+// returns the bytes let go.
+func (p *bufPool) trim(idleSince time.Time) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	freed := 0
+	for i := len(p.free) - 1; i >= 0; i-- {
+		if p.since[i].Before(idleSince) {
+			freed += cap(p.free[i])
+			p.removeLocked(i)
+		}
+	}
+	return freed
+}
+
+// trimIdle runs on the pool's timer: it trims the buffers idle for
+// poolIdle, and arms the timer again while some are kept.
+func (p *bufPool) trimIdle() {
+	if p.trim(time.Now().Add(-poolIdle)) >= returnBytes {
+		debug.FreeOSMemory()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.free) > 0 && !p.closed {
+		p.timer.Reset(poolIdle / 2)
+	} else {
+		p.timer = nil
+	}
+}
+
+// close lets go of every kept buffer and stops the timer.
+func (p *bufPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	if p.timer != nil {
+		p.timer.Stop()
+		p.timer = nil
+	}
+	for len(p.free) > 0 {
+		p.removeLocked(len(p.free) - 1)
+	}
 }

@@ -1,6 +1,9 @@
 package zmtptransport
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestPoisonedBuffersAreQuarantinedNotReused(t *testing.T) {
 	p := bufPool{}
@@ -34,5 +37,33 @@ func TestPoisonedBuffersAreQuarantinedNotReused(t *testing.T) {
 	p.put(b, false)
 	if len(p.free) != 1 {
 		t.Fatal("a buffer given back without poison is not kept for reuse")
+	}
+}
+
+// Buffers kept unused for a while are let go; those used since stay.
+func TestIdleBuffersAreLetGo(t *testing.T) {
+	p := bufPool{}
+	defer p.close()
+	old := p.get(4 << 20)
+	p.put(old, false)
+	p.since[0] = p.since[0].Add(-2 * poolIdle)
+	recent := p.get(1 << 20)
+	p.put(recent, false)
+	if freed := p.trim(time.Now().Add(-poolIdle)); freed != 4<<20 {
+		t.Fatalf("trim let go of %d bytes, want the idle 4 MiB buffer", freed)
+	}
+	if len(p.free) != 1 || &p.free[0][:1][0] != &recent[0] || p.bytes != 1<<20 {
+		t.Fatalf("the pool keeps %d buffers, %d bytes; want the recent 1 MiB one", len(p.free), p.bytes)
+	}
+	if p.timer == nil {
+		t.Fatal("no timer is armed while the pool keeps a buffer")
+	}
+	p.close()
+	if len(p.free) != 0 || p.bytes != 0 || p.timer != nil {
+		t.Fatal("close kept buffers or its timer")
+	}
+	p.put(make([]byte, 1<<20), false)
+	if len(p.free) != 0 {
+		t.Fatal("a closed pool kept a buffer")
 	}
 }

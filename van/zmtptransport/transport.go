@@ -993,6 +993,7 @@ func (t *Transport) Close() error {
 	ln := t.ln
 	t.mu.Unlock()
 	close(t.stop)
+	t.pool.close()
 	if ln != nil {
 		ln.Close() // a Unix socket's file goes with it
 	}
