@@ -16,6 +16,7 @@ import (
 	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/metrics"
 	"github.com/gopslite/pslite/van"
+	"github.com/gopslite/pslite/van/control"
 )
 
 // maxPending and maxPendingBytes bound the messages held for customers that
@@ -157,29 +158,33 @@ func New(cfg Config, opts ...Option) (*Postoffice, error) {
 		recoveryWait = 0
 	}
 	v, err := van.New(van.Config{
-		Role:               cfg.Role,
-		NumServers:         cfg.NumServers,
-		NumWorkers:         cfg.NumWorkers,
-		SchedulerHost:      cfg.SchedulerHost,
-		SchedulerPort:      cfg.SchedulerPort,
-		Host:               host,
-		Port:               cfg.Port,
-		BindRetries:        40,
-		HeartbeatInterval:  cfg.HeartbeatInterval,
-		HeartbeatTimeout:   cfg.HeartbeatTimeout,
-		RecoveryWait:       recoveryWait,
-		ConnectTimeout:     cfg.ConnectTimeout,
-		DropRate:           cfg.DropRate,
-		SetRankEnv:         cfg.SetRankEnv,
-		Resend:             cfg.Resend,
-		ResendTimeout:      cfg.ResendTimeout,
-		ResendMaxRetry:     cfg.ResendMaxRetry,
-		ResendGiveUp:       cfg.ResendGiveUp,
-		Clock:              o.clock,
-		Metrics:            p.metrics,
-		Managed:            cfg.Managed(),
-		Replicas:           cfg.Replicas,
-		CheckpointInterval: cfg.CheckpointInterval,
+		Config: control.Config{
+			Role:               cfg.Role,
+			NumServers:         cfg.NumServers,
+			NumWorkers:         cfg.NumWorkers,
+			SchedulerHost:      cfg.SchedulerHost,
+			SchedulerPort:      cfg.SchedulerPort,
+			Host:               host,
+			Port:               cfg.Port,
+			HeartbeatInterval:  cfg.HeartbeatInterval,
+			HeartbeatTimeout:   cfg.HeartbeatTimeout,
+			Resend:             cfg.Resend,
+			ConnectTimeout:     cfg.ConnectTimeout,
+			RecoveryWait:       recoveryWait,
+			Managed:            cfg.Managed(),
+			Replicas:           cfg.Replicas,
+			CheckpointInterval: cfg.CheckpointInterval,
+		},
+		Resending: control.ResendConfig{
+			Timeout:  cfg.ResendTimeout,
+			GiveUp:   cfg.ResendGiveUp,
+			MaxRetry: cfg.ResendMaxRetry,
+		},
+		BindRetries: 40,
+		DropRate:    cfg.DropRate,
+		SetRankEnv:  cfg.SetRankEnv,
+		Clock:       o.clock,
+		Metrics:     p.metrics,
 	}, tr, (*handler)(p), log)
 	if err != nil {
 		tr.Close()

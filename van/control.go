@@ -76,7 +76,7 @@ func (v *Van) noteLocked(e control.Event) bool {
 		if v.cfg.Resend {
 			// In place before the receive loop takes its next message: every
 			// message from a ready peer is acknowledged and deduplicated.
-			v.res.Store(newResendDriver(v, control.ResendConfig{Timeout: v.cfg.ResendTimeout, GiveUp: v.cfg.ResendGiveUp, MaxRetry: v.cfg.ResendMaxRetry}))
+			v.res.Store(newResendDriver(v, v.cfg.Resending))
 		}
 		if w, ok := v.tr.(MembershipWatcher); ok {
 			w.MembersKnown()

@@ -30,69 +30,28 @@ var ErrStopped = errors.New("van: stopped")
 // control.NodeLostError and control.AbortError.
 var ErrJobFailed = control.ErrJobFailed
 
-// Config describes the node a van runs and the job it belongs to.
+// Config describes the node a van runs and the job it belongs to: the
+// control core's Config (the van sets its ConnEvents, NextTimestamp and
+// Log, and a scheduler's Host and Port, itself), and what the van alone
+// uses.
 type Config struct {
-	Role          message.Role
-	NumServers    int
-	NumWorkers    int
-	SchedulerHost string // DMLC_PS_ROOT_URI
-	SchedulerPort int    // DMLC_PS_ROOT_PORT
-	// Host is the address this node announces and binds (not used by the
-	// scheduler, which is SchedulerHost).
-	Host string
-	// Port to bind; 0 picks a free one.
-	Port int
+	control.Config
+	// Resending configures PS_RESEND's resender (its Forget is the van's
+	// own) once the node is ready, when Config.Resend is set.
+	Resending control.ResendConfig
 	// BindRetries is how many random ports a non-scheduler node tries when
 	// Port is taken or 0.
 	BindRetries int
-	// HeartbeatInterval, when positive, makes a non-scheduler node send a
-	// heartbeat to the scheduler this often, and turns on the detection of
-	// silent nodes.
-	HeartbeatInterval time.Duration
-	// HeartbeatTimeout is how long a node may stay silent, with heartbeats
-	// on, before it counts as dead.
-	HeartbeatTimeout time.Duration
-	// RecoveryWait is how long the scheduler waits for a dead node's
-	// replacement before it fails the job (PS_RECOVERY_WAIT); zero fails
-	// it at once (a replacement already waiting still takes the place).
-	RecoveryWait time.Duration
 	// Metrics, if not nil, counts what the van does.
 	Metrics *metrics.Metrics
-	// ConnGrace is how long a dropped connection may stay down before its
-	// node counts as dead (0: control.DefaultConnGrace).
-	ConnGrace time.Duration
-	// ConnectTimeout is how long a new connection may take to come up
-	// before its node counts as lost (PS_CONNECT_TIMEOUT; 0:
-	// control.DefaultConnectTimeout).
-	ConnectTimeout time.Duration
 	// DropRate is the percentage of received messages dropped once the node
 	// is ready (PS_DROP_MSG, for tests). A positive rate turns Resend on.
 	DropRate int
 	// SetRankEnv sets DMLC_RANK in the process environment once the node
 	// knows its rank, as C++ ps-lite does.
 	SetRankEnv bool
-	// Resend turns on acknowledgements and resending (PS_RESEND) once the
-	// node is ready.
-	Resend bool
-	// ResendTimeout is how long to wait for an ACK before resending
-	// (PS_RESEND_TIMEOUT; default 1s).
-	ResendTimeout time.Duration
-	// ResendGiveUp is how long after its first send an unacknowledged
-	// message is given up on (PS_RESEND_GIVEUP; default
-	// control.DefaultResendGiveUp).
-	ResendGiveUp time.Duration
-	// ResendMaxRetry, when positive, also gives a message up once it has
-	// been resent this many times (PS_RESEND_MAX_RETRY; default no cap).
-	ResendMaxRetry int
 	// Clock runs the protocol's timers; nil is the system clock.
 	Clock Clock
-	// Managed makes the job managed (PS_REPLICAS or PS_CHECKPOINT_DIR):
-	// see control.Config.Managed.
-	Managed bool
-	// Replicas is PS_REPLICAS (a managed job's scheduler decides).
-	Replicas int
-	// CheckpointInterval is PS_CHECKPOINT_INTERVAL, at the scheduler.
-	CheckpointInterval time.Duration
 }
 
 // LendingHandler is a Handler whose HandleData takes messages with lent
@@ -255,27 +214,12 @@ func New(cfg Config, tr Transport, h Handler, log zerolog.Logger) (*Van, error) 
 	v.batcher, _ = tr.(Batcher)
 	v.lender, _ = tr.(Lender)
 	_, connEvents := tr.(ConnectionReporter)
-	core, err := control.New(control.Config{
-		Role:               cfg.Role,
-		NumServers:         cfg.NumServers,
-		NumWorkers:         cfg.NumWorkers,
-		SchedulerHost:      cfg.SchedulerHost,
-		SchedulerPort:      cfg.SchedulerPort,
-		Host:               host,
-		Port:               port,
-		HeartbeatInterval:  cfg.HeartbeatInterval,
-		HeartbeatTimeout:   cfg.HeartbeatTimeout,
-		ConnEvents:         connEvents,
-		Resend:             cfg.Resend,
-		ConnGrace:          cfg.ConnGrace,
-		ConnectTimeout:     cfg.ConnectTimeout,
-		RecoveryWait:       cfg.RecoveryWait,
-		Managed:            cfg.Managed,
-		Replicas:           cfg.Replicas,
-		CheckpointInterval: cfg.CheckpointInterval,
-		NextTimestamp:      v.NextTimestamp,
-		Log:                log,
-	})
+	ccfg := cfg.Config
+	ccfg.Host, ccfg.Port = host, port
+	ccfg.ConnEvents = connEvents
+	ccfg.NextTimestamp = v.NextTimestamp
+	ccfg.Log = log
+	core, err := control.New(ccfg)
 	if err != nil {
 		return nil, fmt.Errorf("van: %w", err)
 	}

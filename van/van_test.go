@@ -53,23 +53,23 @@ func TestNextTimestampSkipsEmpty(t *testing.T) {
 func TestNewRejectsBadConfig(t *testing.T) {
 	net := NewMemNetwork()
 	h := nopHandler{}
-	for _, cfg := range []Config{
+	for _, cfg := range []control.Config{
 		{Role: message.RoleWorker, NumServers: 0, NumWorkers: 1, SchedulerHost: "h", SchedulerPort: 1},
 		{Role: message.RoleWorker, NumServers: 1, NumWorkers: 1, SchedulerHost: "", SchedulerPort: 1},
 		{Role: message.RoleWorker, NumServers: 1, NumWorkers: 1, SchedulerHost: "h", SchedulerPort: 70000},
 	} {
-		if _, err := New(cfg, net.Transport(), h, nopLogger); err == nil {
+		if _, err := New(Config{Config: cfg}, net.Transport(), h, nopLogger); err == nil {
 			t.Errorf("config %+v accepted", cfg)
 		}
 	}
-	if _, err := New(Config{NumServers: 1, NumWorkers: 1, SchedulerHost: "h", SchedulerPort: 1}, nil, h, nopLogger); err == nil {
+	if _, err := New(Config{Config: control.Config{NumServers: 1, NumWorkers: 1, SchedulerHost: "h", SchedulerPort: 1}}, nil, h, nopLogger); err == nil {
 		t.Error("nil transport accepted")
 	}
 }
 
 func TestStopWithoutStart(t *testing.T) {
 	net := NewMemNetwork()
-	v, err := New(Config{Role: message.RoleWorker, NumServers: 1, NumWorkers: 1, SchedulerHost: "h", SchedulerPort: 1}, net.Transport(), nopHandler{}, nopLogger)
+	v, err := New(Config{Config: control.Config{Role: message.RoleWorker, NumServers: 1, NumWorkers: 1, SchedulerHost: "h", SchedulerPort: 1}}, net.Transport(), nopHandler{}, nopLogger)
 	if err != nil {
 		t.Fatal(err)
 	}
