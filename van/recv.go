@@ -3,6 +3,7 @@ package van
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"time"
@@ -18,6 +19,25 @@ func (v *Van) receiveLoop() {
 	if v.receive() {
 		close(v.recvDone)
 	}
+}
+
+// loopState is what the receive loop keeps from one message to the next.
+// It belongs to the goroutine that runs the loop, and to no other: no
+// lock guards it. The loop moves to a new goroutine when a data handler
+// runs long (watchHandlers), and its state moves with it. The hand-over
+// is the van's inHandler counter: the loop's goroutine makes it odd
+// before it calls the handler (having written the state for the last
+// time), and the watchdog takes the loop by moving it on to even, with a
+// compare-and-swap, before it starts the new goroutine. The old goroutine
+// finds its own compare-and-swap failed when the handler returns, and
+// ends without touching the state again. So each write to the state
+// happens before the next goroutine's first read of it.
+type loopState struct {
+	held    int                // data messages handled since the last flush (see next)
+	heldIDs []int32            // senders held since the last flush (the first few)
+	yield   bool               // a response was handled since the loop last waited
+	rng     *rand.Rand         // draws PS_DROP_MSG's drops, and the first timestamp
+	early   []*message.Message // data received before the node was ready
 }
 
 // maxEarly bounds the data messages kept until the node is ready.
@@ -89,7 +109,7 @@ func (v *Van) receive() bool {
 			}
 			v.metrics.Received(&msg.Meta, n)
 		}
-		if d := v.dropRate.Load(); d > 0 && v.IsReady() && msg.Meta.Control.Cmd != message.CmdTerminate && v.rng.IntN(100) < int(d) {
+		if d := v.dropRate.Load(); d > 0 && v.IsReady() && msg.Meta.Control.Cmd != message.CmdTerminate && v.loop.rng.IntN(100) < int(d) {
 			msg.Release()
 			v.metrics.Dropped("test_drop")
 			v.log.Debug().Str("msg", msg.String()).Msg("dropping a message (PS_DROP_MSG)")
@@ -99,8 +119,8 @@ func (v *Van) receive() bool {
 			// Data before this node has its id (the peers of a node that
 			// replaces a dead one may hear of it first): kept until the node
 			// is ready, then acknowledged, deduplicated and handled.
-			if len(v.early) < maxEarly {
-				v.early = append(v.early, msg)
+			if len(v.loop.early) < maxEarly {
+				v.loop.early = append(v.loop.early, msg)
 			} else {
 				v.metrics.Dropped("early")
 				v.dropLog.Warn().Str("msg", msg.String()).Msg("dropping a data message that came before the node joined")
@@ -128,20 +148,20 @@ const maxBatch = 32
 // waits for one. A loop taken over from a handler that runs long (see
 // watchHandlers) thus sends what the handler's goroutine held back.
 func (v *Van) next() (ident []byte, frames [][]byte, loan *message.Loan, err error) {
-	if v.held > 0 && v.held < maxBatch {
+	if v.loop.held > 0 && v.loop.held < maxBatch {
 		ident, frames, loan, err = v.recv(false)
 		if !errors.Is(err, ErrRecvTimeout) {
 			return ident, frames, loan, err
 		}
 	}
 	v.flush()
-	if v.yield {
+	if v.loop.yield {
 		// A response handled since the loop last waited has likely
 		// readied the goroutine waiting for it. Yield, so that it runs on
 		// this thread now, instead of waiting for another thread to wake
 		// while this one blocks in the receive; once per run of messages,
 		// not per response.
-		v.yield = false
+		v.loop.yield = false
 		runtime.Gosched()
 	}
 	return v.recv(true)
@@ -149,8 +169,8 @@ func (v *Van) next() (ident []byte, frames [][]byte, loan *message.Loan, err err
 
 // flush sends what the receive loop held back.
 func (v *Van) flush() {
-	if v.batcher != nil && v.held > 0 {
-		v.held = 0
+	if v.batcher != nil && v.loop.held > 0 {
+		v.loop.held = 0
 		v.batcher.Flush()
 	}
 }
@@ -193,10 +213,10 @@ func (v *Van) noIncarnation(id int32) bool {
 // replayEarly handles the data messages kept until the node was ready; it
 // reports false if the loop was handed over meanwhile.
 func (v *Van) replayEarly() bool {
-	for len(v.early) > 0 && v.isReady.Load() {
-		msg := v.early[0]
-		v.early[0] = nil
-		v.early = v.early[1:]
+	for len(v.loop.early) > 0 && v.isReady.Load() {
+		msg := v.loop.early[0]
+		v.loop.early[0] = nil
+		v.loop.early = v.loop.early[1:]
 		msg.Meta.Recver = v.MyNode().ID
 		if v.handle(msg) == handedOver {
 			return false
@@ -285,19 +305,19 @@ func (v *Van) dispatch(msg *message.Message) bool {
 	if v.batcher != nil && msg.Meta.Sender != emptyID {
 		// What the handler (or anyone) sends to the sender now waits
 		// until the loop has handled what else has arrived.
-		if v.held == 0 {
-			v.heldIDs = v.heldIDs[:0]
+		if v.loop.held == 0 {
+			v.loop.heldIDs = v.loop.heldIDs[:0]
 		}
-		if !slices.Contains(v.heldIDs, msg.Meta.Sender) {
+		if !slices.Contains(v.loop.heldIDs, msg.Meta.Sender) {
 			v.batcher.Hold(int(msg.Meta.Sender))
-			if len(v.heldIDs) < cap(v.heldIDs) {
-				v.heldIDs = append(v.heldIDs, msg.Meta.Sender)
+			if len(v.loop.heldIDs) < cap(v.loop.heldIDs) {
+				v.loop.heldIDs = append(v.loop.heldIDs, msg.Meta.Sender)
 			}
 		}
-		v.held++
+		v.loop.held++
 	}
 	if !msg.Meta.Request {
-		v.yield = true // see next
+		v.loop.yield = true // see next
 	}
 	seq := v.inHandler.Add(1) // odd: in the handler
 	v.handler.HandleData(msg) // (msg may be recycled once it returns)

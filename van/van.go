@@ -134,7 +134,7 @@ type Van struct {
 	recvDone chan struct{} // closed when the receive loop exits
 	// inHandler is odd while the receive goroutine runs HandleData. The
 	// watchdog hands the loop to a new goroutine by moving it on to even;
-	// see dispatch and watchHandlers.
+	// see dispatch, watchHandlers and loopState, the state that moves.
 	inHandler  atomic.Uint64
 	stopTicker func()
 	res        atomic.Pointer[resendDriver]
@@ -150,17 +150,13 @@ type Van struct {
 	myNode atomic.Pointer[message.Node]
 	view   atomic.Pointer[replica.View]
 
-	dropRate atomic.Int32       // percent of received messages to drop once ready
-	batcher  Batcher            // tr, when it is one; else nil
-	lender   Lender             // tr, when it is one; else nil
-	held     int                // data messages handled since the last flush; owned like rng
-	heldIDs  []int32            // senders held since the last flush (the first few); owned like rng
-	yield    bool               // a response was handled since the loop last waited; owned like rng
-	rng      *rand.Rand         // owned by the goroutine running the receive loop
-	early    []*message.Message // data received before the node was ready; owned like rng
-	downMu   sync.Mutex         // guards down
-	down     map[int]bool       // nodes whose connection dropped (resending off)
-	ndown    atomic.Int32       // len(down), for a send to skip the lock while no node is down
+	dropRate atomic.Int32 // percent of received messages to drop once ready
+	batcher  Batcher      // tr, when it is one; else nil
+	lender   Lender       // tr, when it is one; else nil
+	loop     loopState    // owned by the goroutine running the receive loop
+	downMu   sync.Mutex   // guards down
+	down     map[int]bool // nodes whose connection dropped (resending off)
+	ndown    atomic.Int32 // len(down), for a send to skip the lock while no node is down
 
 	// handoverUntil (Unix ns) is when the receiving socket stops letting
 	// a new connection take over a member's identity, after a replacement;
@@ -208,8 +204,10 @@ func New(cfg Config, tr Transport, h Handler, log zerolog.Logger) (*Van, error) 
 		failed:   make(chan struct{}),
 		recvDone: make(chan struct{}),
 		down:     make(map[int]bool),
-		rng:      rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7)),
-		heldIDs:  make([]int32, 0, 8),
+		loop: loopState{
+			rng:     rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7)),
+			heldIDs: make([]int32, 0, 8),
+		},
 	}
 	v.batcher, _ = tr.(Batcher)
 	v.lender, _ = tr.(Lender)
@@ -229,7 +227,7 @@ func New(cfg Config, tr Transport, h Handler, log zerolog.Logger) (*Van, error) 
 	// Timestamps start anywhere: a process that takes a dead node's id must
 	// not repeat its predecessor's recent resend signatures, which its
 	// peers remember as seen.
-	v.timestamp.Store(v.rng.Int32N(1 << 30))
+	v.timestamp.Store(v.loop.rng.Int32N(1 << 30))
 	v.ctx, v.cancel = context.WithCancel(context.Background())
 	if r, ok := tr.(ConnectionReporter); ok {
 		r.SetConnectionHandler(v.onConnection)
