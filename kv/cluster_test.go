@@ -640,10 +640,23 @@ func TestPushPullLens(t *testing.T) {
 // until app 1's handle has run. Handles run on the receive goroutine when
 // their customer is idle, so this only completes if a handle that blocks
 // hands receiving over to a new goroutine (van.HandlerStall).
+//
+// With idle, the server has called no handler for long enough that its
+// watchdog has parked, and the blocked handle must wake it.
 func TestBlockedHandleDoesNotStallNode(t *testing.T) {
-	for _, mem := range []bool{true, false} {
-		t.Run(fmt.Sprintf("mem=%v", mem), func(t *testing.T) {
+	for _, row := range []struct{ mem, idle bool }{{true, false}, {false, false}, {true, true}} {
+		mem := row.mem
+		t.Run(fmt.Sprintf("mem=%v,idle=%v", mem, row.idle), func(t *testing.T) {
 			c := testcluster.New(t, 1, 1, testcluster.Options{Mem: mem})
+			if row.idle {
+				deadline := time.Now().Add(30 * time.Second)
+				for !c.Servers[0].Van().WatchdogParked() {
+					if time.Now().After(deadline) {
+						t.Fatal("the idle server's watchdog never parked")
+					}
+					time.Sleep(10 * time.Millisecond) // polls a state; orders nothing
+				}
+			}
 			app1Ran := make(chan struct{})
 			s0, err := kv.NewKVServer[float32](c.Servers[0], 0)
 			if err != nil {

@@ -320,6 +320,7 @@ func (v *Van) dispatch(msg *message.Message) bool {
 		v.loop.yield = true // see next
 	}
 	seq := v.inHandler.Add(1) // odd: in the handler
+	v.wakeWatchdog()
 	v.handler.HandleData(msg) // (msg may be recycled once it returns)
 	return v.inHandler.CompareAndSwap(seq, seq+1)
 }
@@ -332,11 +333,16 @@ func (v *Van) dispatch(msg *message.Message) bool {
 // (inHandler), so that the receive loop reads no clock per message: a call
 // is handed over from when it has been seen running for HandlerStall, at
 // most HandlerStall/2 later than that.
+//
+// A node with no handler call for watchIdle parks the watchdog until the
+// next call (see wakeWatchdog): an idle node wakes for nothing, which
+// matters on a machine that runs hundreds of them.
 func (v *Van) watchHandlers() {
 	tick := time.NewTicker(HandlerStall / 2)
 	defer tick.Stop()
 	var seen uint64 // the handler call seen running, since seenAt
 	var seenAt time.Time
+	last, idle := v.inHandler.Load(), time.Duration(0)
 	for {
 		var now time.Time
 		select {
@@ -345,6 +351,18 @@ func (v *Van) watchHandlers() {
 		case now = <-tick.C:
 		}
 		seq := v.inHandler.Load()
+		if seq != last {
+			last, idle = seq, 0
+		} else if seq%2 == 0 {
+			if idle += HandlerStall / 2; idle >= watchIdle {
+				if !v.parkWatchdog(seq) {
+					return
+				}
+				tick.Reset(HandlerStall / 2)
+				last, idle = v.inHandler.Load(), 0
+				continue
+			}
+		}
 		if seq%2 == 0 {
 			continue
 		}
@@ -359,6 +377,44 @@ func (v *Van) watchHandlers() {
 			v.log.Debug().Msg("a data handler is taking long: receiving on a new goroutine")
 			go v.receiveLoop()
 		}
+	}
+}
+
+// watchIdle is how long the watchdog looks at a node that calls no handler
+// before it parks.
+const watchIdle = 50 * HandlerStall
+
+// parkWatchdog waits until a handler call is made after seq, or the loop
+// stops (it then reports false). A call made as it parks is not missed:
+// the watchdog says it parks before it looks at inHandler again, and
+// dispatch moves inHandler on before it looks whether the watchdog has
+// parked; of two such pairs of atomic operations, one side sees the other.
+func (v *Van) parkWatchdog(seq uint64) bool {
+	v.watchParked.Store(true)
+	if v.inHandler.Load() != seq {
+		if v.watchParked.CompareAndSwap(true, false) {
+			return true
+		}
+		// dispatch unparked it already, and sent the wake-up: take it.
+	}
+	select {
+	case <-v.recvDone:
+		return false
+	case <-v.watchWake:
+		return true
+	}
+}
+
+// WatchdogParked reports whether the handler watchdog (see HandlerStall)
+// is parked: the node has called no data handler for a while, so nothing
+// wakes it until the next call. For tests and diagnostics.
+func (v *Van) WatchdogParked() bool { return v.watchParked.Load() }
+
+// wakeWatchdog wakes a parked watchdog; dispatch calls it after each
+// handler call begins.
+func (v *Van) wakeWatchdog() {
+	if v.watchParked.Load() && v.watchParked.CompareAndSwap(true, false) {
+		v.watchWake <- struct{}{} // buffered: one wake-up per park
 	}
 }
 

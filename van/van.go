@@ -135,9 +135,13 @@ type Van struct {
 	// inHandler is odd while the receive goroutine runs HandleData. The
 	// watchdog hands the loop to a new goroutine by moving it on to even;
 	// see dispatch, watchHandlers and loopState, the state that moves.
-	inHandler  atomic.Uint64
-	stopTicker func()
-	res        atomic.Pointer[resendDriver]
+	inHandler atomic.Uint64
+	// watchParked is set while the watchdog waits on watchWake for a
+	// handler call (see parkWatchdog).
+	watchParked atomic.Bool
+	watchWake   chan struct{}
+	stopTicker  func()
+	res         atomic.Pointer[resendDriver]
 
 	timestamp atomic.Int32 // timestamps of this process's requests and control messages
 
@@ -193,17 +197,18 @@ func New(cfg Config, tr Transport, h Handler, log zerolog.Logger) (*Van, error) 
 		host, port = cfg.SchedulerHost, cfg.SchedulerPort
 	}
 	v := &Van{
-		cfg:      cfg,
-		tr:       tr,
-		handler:  h,
-		log:      log,
-		dropLog:  RateLimited(log),
-		metrics:  cfg.Metrics,
-		clock:    cfg.Clock,
-		ready:    make(chan struct{}),
-		failed:   make(chan struct{}),
-		recvDone: make(chan struct{}),
-		down:     make(map[int]bool),
+		cfg:       cfg,
+		tr:        tr,
+		handler:   h,
+		log:       log,
+		dropLog:   RateLimited(log),
+		metrics:   cfg.Metrics,
+		clock:     cfg.Clock,
+		ready:     make(chan struct{}),
+		failed:    make(chan struct{}),
+		recvDone:  make(chan struct{}),
+		watchWake: make(chan struct{}, 1),
+		down:      make(map[int]bool),
 		loop: loopState{
 			rng:     rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7)),
 			heldIDs: make([]int32, 0, 8),
