@@ -189,52 +189,46 @@ func toPB(m *Meta) *pb.PBMeta {
 
 // Decode parses the wire form of a meta. Absent app_id, timestamp and node ids
 // read as Empty; Sender and Recver are left Empty for the caller to fill. An
-// unknown data type or role is an error.
+// unknown data type, command or role is an error.
 //
-// A meta without a control field (a data message) is read field by field
-// with protobuf's rules (any order, the last of a repeated scalar wins,
+// It reads the meta field by field with protobuf's rules (any order, the
+// last of a scalar field wins, a second control merges into the first,
 // packed or unpacked data types, a known field with the wrong wire type or
-// an unknown one skipped); one with a control goes through the generated
-// code. Both give what the generated code alone would (FuzzDecodeFast).
+// an unknown one skipped, required fields required), and gives what the
+// generated code would (FuzzDecodeFast holds it to that), without its
+// allocations: a node list of thousands of nodes is read at every node of
+// a large job.
 func Decode(b []byte) (Meta, error) {
 	var m Meta
-	if ok, err := decodeDataMeta(&m, b, nil); ok {
-		return m, err
-	}
-	return decodeGenerated(b)
+	err := decodeMeta(&m, b, nil)
+	return m, err
 }
 
 // DecodeMeta is Decode into m.Meta; a data message's types take m's own
 // room when they are few, as AddData's do. On error m.Meta is left zero.
 func (m *Message) DecodeMeta(b []byte) error {
-	ok, err := decodeDataMeta(&m.Meta, b, m.inlineTypes[:0])
-	if ok {
-		return err
-	}
-	m.Meta, err = decodeGenerated(b)
-	return err
+	return decodeMeta(&m.Meta, b, m.inlineTypes[:0])
 }
 
 // errDecode is protowire's error for a negative length from its Consume
 // functions.
 func errDecode(n int) error { return fmt.Errorf("%w: %v", ErrBadMeta, protowire.ParseError(n)) }
 
-// decodeDataMeta decodes a meta without a control field into *out, its data
-// types appended to types; ok is false when it meets a control field (the
-// caller then uses the generated code). On error, or when not ok, *out is
-// zero.
-func decodeDataMeta(out *Meta, b []byte, types []DataType) (ok bool, err error) {
-	ok, err = decodeData(out, b, types)
-	if !ok || err != nil {
+// decodeMeta decodes a meta into *out, its data types appended to types.
+// On error *out is zero.
+func decodeMeta(out *Meta, b []byte, types []DataType) error {
+	err := decodeData(out, b, types)
+	if err != nil {
 		*out = Meta{}
 	}
-	return ok, err
+	return err
 }
 
-// decodeData is decodeDataMeta, leaving what it has decoded in *m when it
+// decodeData is decodeMeta, leaving what it has decoded in *m when it
 // fails.
-func decodeData(m *Meta, b []byte, types []DataType) (ok bool, err error) {
+func decodeData(m *Meta, b []byte, types []DataType) error {
 	*m = Meta{AppID: Empty, Timestamp: Empty, Sender: Empty, Recver: Empty, DataTypes: types}
+	control, cmdSet := false, false
 	for len(b) > 0 {
 		var num protowire.Number
 		var typ protowire.Type
@@ -242,10 +236,10 @@ func decodeData(m *Meta, b []byte, types []DataType) (ok bool, err error) {
 		if c := b[0]; c < 0x80 && c >= 1<<3 { // one-byte tag (inlined)
 			num, typ = protowire.Number(c>>3), protowire.Type(c&7)
 		} else if num, typ, n = protowire.ConsumeTag(b); n < 0 {
-			return true, errDecode(n)
+			return errDecode(n)
 		}
 		if num > protowire.MaxValidNumber {
-			return true, fmt.Errorf("%w: field number %d", ErrBadMeta, num)
+			return fmt.Errorf("%w: field number %d", ErrBadMeta, num)
 		}
 		b = b[n:]
 		switch {
@@ -255,7 +249,7 @@ func decodeData(m *Meta, b []byte, types []DataType) (ok bool, err error) {
 			if len(b) > 0 && b[0] < 0x80 { // one-byte value (inlined)
 				v = uint64(b[0])
 			} else if v, n = protowire.ConsumeVarint(b); n < 0 {
-				return true, errDecode(n)
+				return errDecode(n)
 			}
 			b = b[n:]
 			switch num {
@@ -283,14 +277,19 @@ func decodeData(m *Meta, b []byte, types []DataType) (ok bool, err error) {
 				m.Priority = int32(v)
 			}
 		case typ == protowire.BytesType && (num == fieldBody || num == fieldControl || num == fieldDataType):
-			if num == fieldControl {
-				return false, nil
-			}
 			v, n := protowire.ConsumeBytes(b)
 			if n < 0 {
-				return true, errDecode(n)
+				return errDecode(n)
 			}
 			b = b[n:]
+			if num == fieldControl {
+				// A second control merges into the first, as protobuf's do.
+				control = true
+				if err := decodeControl(&m.Control, v, &cmdSet); err != nil {
+					return err
+				}
+				continue
+			}
 			if num == fieldBody {
 				m.Body = append([]byte{}, v...)
 				continue
@@ -298,7 +297,7 @@ func decodeData(m *Meta, b []byte, types []DataType) (ok bool, err error) {
 			for len(v) > 0 {
 				d, n := protowire.ConsumeVarint(v)
 				if n < 0 {
-					return true, errDecode(n)
+					return errDecode(n)
 				}
 				v = v[n:]
 				m.DataTypes = append(m.DataTypes, DataType(int32(d)))
@@ -306,82 +305,146 @@ func decodeData(m *Meta, b []byte, types []DataType) (ok bool, err error) {
 		default: // unknown, or a known field with another wire type
 			n := protowire.ConsumeFieldValue(num, typ, b)
 			if n < 0 {
-				return true, errDecode(n)
+				return errDecode(n)
 			}
 			b = b[n:]
 		}
 	}
 	for _, d := range m.DataTypes {
 		if d < 0 || d > Other {
-			return true, fmt.Errorf("%w: unknown data type %d", ErrBadMeta, d)
+			return fmt.Errorf("%w: unknown data type %d", ErrBadMeta, d)
 		}
 	}
 	if len(m.DataTypes) == 0 {
 		m.DataTypes = nil
 	}
-	return true, nil
+	if control {
+		if !cmdSet {
+			return fmt.Errorf("%w: control without its required cmd", ErrBadMeta)
+		}
+		if m.Control.Cmd < CmdEmpty || m.Control.Cmd > CmdHeartbeat {
+			return fmt.Errorf("%w: unknown control command %d", ErrBadMeta, m.Control.Cmd)
+		}
+	}
+	return nil
 }
 
-// decodeGenerated decodes any meta with the generated code.
-func decodeGenerated(b []byte) (Meta, error) {
-	var p pb.PBMeta
-	if err := proto.Unmarshal(b, &p); err != nil {
-		return Meta{}, fmt.Errorf("%w: %v", ErrBadMeta, err)
+// PBControl's and PBNode's field numbers (message/pb/meta.proto).
+const (
+	fieldCmd          protowire.Number = 1
+	fieldNode         protowire.Number = 2
+	fieldBarrierGroup protowire.Number = 3
+	fieldMsgSig       protowire.Number = 4
+
+	fieldRole       protowire.Number = 1
+	fieldID         protowire.Number = 2
+	fieldHostname   protowire.Number = 3
+	fieldPort       protowire.Number = 4
+	fieldIsRecovery protowire.Number = 5
+	fieldNodeCustID protowire.Number = 10
+)
+
+// field reads the next field of b: its number and type, and either its
+// varint value (typ VarintType) or its bytes (BytesType); skip is how
+// much of b it took. Fields of other types are consumed and returned with
+// their type, for the caller to ignore.
+func field(b []byte) (num protowire.Number, typ protowire.Type, v uint64, bs []byte, skip int, err error) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 {
+		return 0, 0, 0, nil, 0, errDecode(n)
 	}
-	m := Meta{
-		Head:       p.GetHead(),
-		AppID:      Empty,
-		Timestamp:  Empty,
-		CustomerID: p.GetCustomerId(),
-		Sender:     Empty,
-		Recver:     Empty,
-		Request:    p.GetRequest(),
-		Push:       p.GetPush(),
-		Pull:       p.GetPull(),
-		SimpleApp:  p.GetSimpleApp(),
-		Body:       p.Body,
-		DataSize:   p.GetDataSize(),
-		Priority:   p.GetPriority(),
+	if num > protowire.MaxValidNumber {
+		return 0, 0, 0, nil, 0, fmt.Errorf("%w: field number %d", ErrBadMeta, num)
 	}
-	if p.AppId != nil {
-		m.AppID = *p.AppId
+	b = b[n:]
+	var m int
+	switch typ {
+	case protowire.VarintType:
+		v, m = protowire.ConsumeVarint(b)
+	case protowire.BytesType:
+		bs, m = protowire.ConsumeBytes(b)
+	default:
+		m = protowire.ConsumeFieldValue(num, typ, b)
 	}
-	if p.Timestamp != nil {
-		m.Timestamp = *p.Timestamp
+	if m < 0 {
+		return 0, 0, 0, nil, 0, errDecode(m)
 	}
-	if len(p.DataType) > 0 {
-		m.DataTypes = make([]DataType, len(p.DataType))
-		for i, d := range p.DataType {
-			if d < 0 || DataType(d) > Other {
-				return Meta{}, fmt.Errorf("%w: unknown data type %d", ErrBadMeta, d)
+	return num, typ, v, bs, n + m, nil
+}
+
+// decodeControl merges the PBControl in b into c, as the generated code
+// would: the last of a scalar field wins, nodes are appended, fields of an
+// unknown number or another wire type are skipped. *cmdSet records that
+// the required cmd was seen; every node must have its required role.
+func decodeControl(c *Control, b []byte, cmdSet *bool) error {
+	for len(b) > 0 {
+		num, typ, v, bs, n, err := field(b)
+		if err != nil {
+			return err
+		}
+		b = b[n:]
+		switch {
+		case typ == protowire.VarintType && num == fieldCmd:
+			c.Cmd, *cmdSet = Command(int32(v)), true
+		case typ == protowire.VarintType && num == fieldBarrierGroup:
+			c.BarrierGroup = int32(v)
+		case typ == protowire.VarintType && num == fieldMsgSig:
+			c.MsgSig = v
+		case typ == protowire.BytesType && num == fieldNode:
+			prev := ""
+			if k := len(c.Nodes); k > 0 {
+				prev = c.Nodes[k-1].Hostname
 			}
-			m.DataTypes[i] = DataType(d)
+			node, err := decodeNode(bs, prev)
+			if err != nil {
+				return err
+			}
+			c.Nodes = append(c.Nodes, node)
 		}
 	}
-	if c := p.Control; c != nil {
-		m.Control.Cmd = Command(c.GetCmd())
-		if m.Control.Cmd < CmdEmpty || m.Control.Cmd > CmdHeartbeat {
-			return Meta{}, fmt.Errorf("%w: unknown control command %d", ErrBadMeta, c.GetCmd())
+	return nil
+}
+
+// decodeNode decodes a PBNode; an absent id reads as Empty. A hostname
+// equal to prev (the node before's) shares its string: nodes share hosts.
+func decodeNode(b []byte, prev string) (Node, error) {
+	nd := Node{ID: Empty}
+	roleSet := false
+	for len(b) > 0 {
+		num, typ, v, bs, n, err := field(b)
+		if err != nil {
+			return Node{}, err
 		}
-		m.Control.BarrierGroup = c.GetBarrierGroup()
-		m.Control.MsgSig = c.GetMsgSig()
-		for _, pn := range c.Node {
-			n := Node{
-				Role:       Role(pn.GetRole()),
-				ID:         Empty,
-				Hostname:   pn.GetHostname(),
-				Port:       pn.GetPort(),
-				IsRecovery: pn.GetIsRecovery(),
-				CustomerID: pn.GetCustomerId(),
+		b = b[n:]
+		if typ == protowire.BytesType && num == fieldHostname {
+			if string(bs) == prev {
+				nd.Hostname = prev
+			} else {
+				nd.Hostname = string(bs)
 			}
-			if n.Role < RoleServer || n.Role > RoleScheduler {
-				return Meta{}, fmt.Errorf("%w: unknown role %d", ErrBadMeta, pn.GetRole())
-			}
-			if pn.Id != nil {
-				n.ID = *pn.Id
-			}
-			m.Control.Nodes = append(m.Control.Nodes, n)
+			continue
+		}
+		if typ != protowire.VarintType {
+			continue
+		}
+		switch num {
+		case fieldRole:
+			nd.Role, roleSet = Role(int32(v)), true
+		case fieldID:
+			nd.ID = int32(v)
+		case fieldPort:
+			nd.Port = int32(v)
+		case fieldIsRecovery:
+			nd.IsRecovery = protowire.DecodeBool(v)
+		case fieldNodeCustID:
+			nd.CustomerID = int32(v)
 		}
 	}
-	return m, nil
+	if !roleSet {
+		return Node{}, fmt.Errorf("%w: node without its required role", ErrBadMeta)
+	}
+	if nd.Role < RoleServer || nd.Role > RoleScheduler {
+		return Node{}, fmt.Errorf("%w: unknown role %d", ErrBadMeta, nd.Role)
+	}
+	return nd, nil
 }

@@ -129,7 +129,7 @@ func checkWrittenFields(t *testing.T, m1, m2 Meta) {
 	}
 }
 
-// FuzzDecodeFast checks the hand-written decoder of data metas against the
+// FuzzDecodeFast checks the hand-written decoder of metas (data and control) against the
 // generated code: for any input both accept or both reject it, and accept
 // it as the same meta.
 //
@@ -144,6 +144,16 @@ func FuzzDecodeFast(f *testing.F) {
 	f.Add(b(0x0b, 0x08, 0x01, 0x0c, 0x20, 0x01))                         // a group, then request
 	f.Add(b(0x4a, 0x02, 0x80, 0x01))                                     // packed data_type out of range
 	f.Add(b(0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01))
+	// Control metas: a node list, and it twice (the controls merge).
+	nodes, _ := Encode(&Meta{Control: Control{Cmd: CmdAddNode, Nodes: []Node{
+		{Role: RoleScheduler, ID: 1, Hostname: "10.0.0.1", Port: 9000},
+		{Role: RoleServer, ID: 8, Hostname: "h\xff", Port: 1, IsRecovery: true, CustomerID: 3},
+		{Role: RoleWorker, ID: Empty, Hostname: ""},
+	}}})
+	f.Add(nodes)
+	f.Add(append(append([]byte{}, nodes...), nodes...))
+	f.Add(b(0x1a, 0x00))                         // a control without its cmd
+	f.Add(b(0x1a, 0x04, 0x12, 0x02, 0x10, 0x08)) // a node without its role
 	f.Fuzz(func(t *testing.T, in []byte) {
 		got, err := Decode(in)
 		want, werr := decodeGenerated(in)

@@ -448,6 +448,12 @@ func ParseIncarnations(text string) (map[int]string, error) {
 // scheduler's lists (servers connect to each other only once a view says
 // that ranges are replicated).
 func (c *Core) rememberNodes(nodes []message.Node) {
+	if c.nodeAt == nil {
+		// The first list is the whole job: room for it at once, not by
+		// doublings (a large job's list is remembered at every node).
+		c.nodeAt = make(map[int32]int, len(nodes))
+		c.nodes = slices.Grow(c.nodes, len(nodes))
+	}
 	for _, n := range nodes {
 		if n.ID == empty {
 			continue
@@ -455,9 +461,6 @@ func (c *Core) rememberNodes(nodes []message.Node) {
 		if i, ok := c.nodeAt[n.ID]; ok {
 			c.nodes[i] = n
 			continue
-		}
-		if c.nodeAt == nil {
-			c.nodeAt = map[int32]int{}
 		}
 		c.nodeAt[n.ID] = len(c.nodes)
 		c.nodes = append(c.nodes, n)
