@@ -94,7 +94,6 @@ func NewMemNetworkClock(clock Clock, seed uint64) *MemNetwork {
 		links:     make(map[[2]string]*memLink),
 		early:     make(map[string][]memMsg),
 		dialers:   make(map[string]map[*memTransport]struct{}),
-		idle:      make(chan struct{}),
 	}
 }
 
@@ -115,7 +114,7 @@ func (n *MemNetwork) Settle(ctx context.Context) error {
 				break
 			}
 		}
-		idle := n.idle
+		idle := waitOn(&n.idle)
 		n.mu.Unlock()
 		if !busy {
 			return nil
@@ -279,8 +278,7 @@ func (n *MemNetwork) Kill(addr string) {
 	ep.dead = true
 	ep.inbox, ep.held = nil, nil
 	ep.signal()
-	close(ep.room)
-	ep.room = make(chan struct{})
+	broadcast(&ep.room)
 	delete(n.endpoints, addr)
 	owner := ep.owner
 	n.mu.Unlock()
@@ -365,9 +363,27 @@ func (n *MemNetwork) deliverLocked(to string, m memMsg) {
 	ep.signal()
 }
 
+// broadcast wakes whoever waits on *ch (see waitOn): it closes the
+// channel, if one was made, and clears it, so that a network nobody waits
+// on makes no channel per message or event. The network's mu is held.
+func broadcast(ch *chan struct{}) {
+	if *ch != nil {
+		close(*ch)
+		*ch = nil
+	}
+}
+
+// waitOn returns the channel the next broadcast on *ch closes, making it
+// if need be. The network's mu is held.
+func waitOn(ch *chan struct{}) chan struct{} {
+	if *ch == nil {
+		*ch = make(chan struct{})
+	}
+	return *ch
+}
+
 func (ep *memEndpoint) signal() {
-	close(ep.wake)
-	ep.wake = make(chan struct{})
+	broadcast(&ep.wake)
 }
 
 // The in-memory transport lends and batches, as the socket transports do.
@@ -529,8 +545,7 @@ func (t *memTransport) TryRecvLent() ([]byte, [][]byte, *message.Loan, error) {
 	m := ep.inbox[0]
 	ep.inbox[0] = memMsg{}
 	ep.inbox = ep.inbox[1:]
-	close(ep.room)
-	ep.room = make(chan struct{})
+	broadcast(&ep.room)
 	return m.identity, m.frames, memLoan(m.frames), nil
 }
 
@@ -547,7 +562,7 @@ func (t *memTransport) Bind(host string, port, maxRetry int) (int, error) {
 			continue
 		}
 		t.addr = addr
-		n.endpoints[addr] = &memEndpoint{addr: addr, owner: t, wake: make(chan struct{}), room: make(chan struct{}), inbox: n.early[addr]}
+		n.endpoints[addr] = &memEndpoint{addr: addr, owner: t, inbox: n.early[addr]}
 		delete(n.early, addr)
 		n.mu.Unlock()
 		n.connectionEvent(addr, true) // a node restarted on an address others know
@@ -621,8 +636,7 @@ func (t *memTransport) peerEvent(addr string, up bool) {
 func (n *MemNetwork) eventDone() {
 	n.mu.Lock()
 	n.events--
-	close(n.idle)
-	n.idle = make(chan struct{})
+	broadcast(&n.idle)
 	n.mu.Unlock()
 }
 
@@ -765,7 +779,7 @@ func (t *memTransport) send(ctx context.Context, id int, frames [][]byte, wait b
 			n.mu.Unlock()
 			return 0, ErrWouldBlock
 		}
-		room := ep.room
+		room := waitOn(&ep.room)
 		n.mu.Unlock()
 		select {
 		case <-room:
@@ -805,15 +819,13 @@ func (t *memTransport) Recv() ([]byte, [][]byte, error) {
 			m := ep.inbox[0]
 			ep.inbox[0] = memMsg{}
 			ep.inbox = ep.inbox[1:]
-			close(ep.room)
-			ep.room = make(chan struct{})
+			broadcast(&ep.room)
 			n.mu.Unlock()
 			return m.identity, m.frames, nil
 		}
-		wake := ep.wake
+		wake := waitOn(&ep.wake)
 		ep.waiting = true
-		close(n.idle)
-		n.idle = make(chan struct{})
+		broadcast(&n.idle)
 		n.mu.Unlock()
 		timedOut := false
 		select {
@@ -861,8 +873,7 @@ func (t *memTransport) Close() error {
 		delete(n.endpoints, t.addr)
 		ep.dead = true
 		ep.signal()
-		close(ep.room)
-		ep.room = make(chan struct{})
+		broadcast(&ep.room)
 	}
 	n.mu.Unlock()
 	if mine {
