@@ -334,9 +334,9 @@ func (v *Van) dispatch(msg *message.Message) bool {
 // is handed over from when it has been seen running for HandlerStall, at
 // most HandlerStall/2 later than that.
 //
-// A node with no handler call for watchIdle parks the watchdog until the
-// next call (see wakeWatchdog): an idle node wakes for nothing, which
-// matters on a machine that runs hundreds of them.
+// A node with no handler call for watchIdle (200 ms) parks the watchdog
+// until the next call (see wakeWatchdog): an idle node wakes for nothing,
+// which matters on a machine that runs hundreds of them.
 func (v *Van) watchHandlers() {
 	tick := time.NewTicker(HandlerStall / 2)
 	defer tick.Stop()
@@ -382,7 +382,7 @@ func (v *Van) watchHandlers() {
 
 // watchIdle is how long the watchdog looks at a node that calls no handler
 // before it parks.
-const watchIdle = 50 * HandlerStall
+const watchIdle = 10 * HandlerStall
 
 // parkWatchdog waits until a handler call is made after seq, or the loop
 // stops (it then reports false). A call made as it parks is not missed:
