@@ -88,7 +88,7 @@ func strangerHandshake(c net.Conn, identity string) error {
 	if _, err := c.Write(greeting); err != nil {
 		return err
 	}
-	if _, err := readFull(c, make([]byte, 64)); err != nil {
+	if _, err := io.ReadFull(c, make([]byte, 64)); err != nil {
 		return err
 	}
 	body := append([]byte{5}, "READY"...)
@@ -102,18 +102,6 @@ func strangerHandshake(c net.Conn, identity string) error {
 	}
 	_, err := c.Write(append([]byte{0x04, byte(len(body))}, body...))
 	return err
-}
-
-func readFull(c net.Conn, b []byte) (int, error) {
-	n := 0
-	for n < len(b) {
-		k, err := c.Read(b[n:])
-		n += k
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
 }
 
 // rss returns the resident memory of process pid now and at its peak, in bytes.

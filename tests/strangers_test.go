@@ -3,7 +3,6 @@ package tests
 import (
 	"encoding/binary"
 	"fmt"
-	"io"
 	"net"
 	"testing"
 	"time"
@@ -20,28 +19,10 @@ func zmtpStranger(t *testing.T, port int32, identity string) net.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	c.SetDeadline(time.Now().Add(30 * time.Second))
-	greeting := make([]byte, 64)
-	greeting[0], greeting[9], greeting[10], greeting[11] = 0xFF, 0x7F, 3, 1
-	copy(greeting[12:], "NULL")
-	if _, err := c.Write(greeting); err != nil {
+	if err := strangerHandshake(c, identity); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := io.ReadFull(c, make([]byte, 64)); err != nil {
-		t.Fatal(err)
-	}
-	body := append([]byte{5}, "READY"...)
-	prop := func(name, value string) {
-		body = append(append(body, byte(len(name))), name...)
-		body = append(binary.BigEndian.AppendUint32(body, uint32(len(value))), value...)
-	}
-	prop("Socket-Type", "DEALER")
-	if identity != "" {
-		prop("Identity", identity)
-	}
-	if _, err := c.Write(append([]byte{0x04, byte(len(body))}, body...)); err != nil {
-		t.Fatal(err)
-	}
+	c.SetDeadline(time.Now().Add(30 * time.Second)) // a node that neither reads nor drops fails the test
 	return c
 }
 
