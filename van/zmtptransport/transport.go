@@ -200,11 +200,19 @@ type Transport struct {
 	conns map[*inConn]struct{}
 	// handshaking holds the accepted connections still in their
 	// handshake, by the order they came (see Options.MaxStrangers).
-	handshaking map[*inConn]uint64
+	handshaking map[*inConn]struct{}
 	accepted    uint64
 	owners      map[string]*inConn // identity -> the connection it is delivered from
-	links       map[*link]struct{} // connections the heartbeat watches
-	handover    bool
+	// claimed maps an identity to the accept order (inConn.seq) of the
+	// last connection that held it: one accepted before that is stale (its
+	// sender has connected again since, or been replaced) and never holds
+	// it, so that what it still carries cannot arrive after what the newer
+	// one delivered. Entries older than every open connection are pruned
+	// (pruneClaimedLocked).
+	claimed    map[string]uint64
+	claimedCap int                // the size at which claimed is pruned next
+	links      map[*link]struct{} // connections the heartbeat watches
+	handover   bool
 	// incarnations maps identities to the process incarnation that holds
 	// them now (SetIncarnations).
 	incarnations map[string]string
@@ -247,6 +255,7 @@ type inMsg struct {
 // inConn is an accepted connection.
 type inConn struct {
 	c       net.Conn
+	seq     uint64 // the order it was accepted in, from 1
 	ident   string
 	process string      // the incarnation it presented
 	owner   atomic.Bool // its messages are delivered (it holds its identity)
@@ -299,8 +308,10 @@ func New(opts Options) (*Transport, error) {
 		known:        make(chan struct{}),
 		peers:        map[int]*peer{},
 		conns:        map[*inConn]struct{}{},
-		handshaking:  map[*inConn]uint64{},
+		handshaking:  map[*inConn]struct{}{},
 		owners:       map[string]*inConn{},
+		claimed:      map[string]uint64{},
+		claimedCap:   claimedPruneMin,
 		links:        map[*link]struct{}{},
 		incarnations: map[string]string{},
 		anon:         rand.Uint32(),
@@ -420,7 +431,8 @@ func (t *Transport) accept(ln net.Listener) {
 		t.strangers.Add(1)
 		ic.stranger.Store(true)
 		t.accepted++
-		t.handshaking[ic] = t.accepted
+		ic.seq = t.accepted
+		t.handshaking[ic] = struct{}{}
 		t.conns[ic] = struct{}{}
 		t.wg.Add(1)
 		t.mu.Unlock()
@@ -438,8 +450,8 @@ func (t *Transport) makeRoomLocked(ic *inConn) bool {
 		return true
 	}
 	var oldest *inConn
-	for c, seq := range t.handshaking {
-		if oldest == nil || seq < t.handshaking[oldest] {
+	for c := range t.handshaking {
+		if oldest == nil || c.seq < oldest.seq {
 			oldest = c
 		}
 	}
@@ -493,7 +505,10 @@ func (t *Transport) serve(ic *inConn) {
 		ident = t.anonIdentity()
 	}
 	ic.ident = string(ident)
-	if !t.claim(ic) {
+	if held, stale := t.claim(ic); stale {
+		t.opts.Log.Debug().Str("identity", ic.ident).Msg("zmtp: closing a connection a newer one of its identity replaced")
+		return
+	} else if !held {
 		t.netLog.Warn().Str("identity", ic.ident).Str("from", ic.c.RemoteAddr().String()).
 			Msg("zmtp: identity already connected; dropping this connection's messages while the other holds it")
 	}
@@ -519,8 +534,15 @@ func (t *Transport) serve(ic *inConn) {
 		// dropped) may announce no more than a stranger: what it sends
 		// costs no memory.
 		fr.maxBytes = memberMax
-		if !ic.owner.Load() && !t.claim(ic) {
-			fr.maxBytes = min(memberMax, t.opts.StrangerMaxBytes)
+		if !ic.owner.Load() {
+			held, stale := t.claim(ic)
+			if stale {
+				t.opts.Log.Debug().Str("identity", ic.ident).Msg("zmtp: closing a connection a newer one of its identity replaced")
+				return
+			}
+			if !held {
+				fr.maxBytes = min(memberMax, t.opts.StrangerMaxBytes)
+			}
 		}
 		frames, cmd, err := fr.readMessage()
 		lk.touch()
@@ -544,9 +566,11 @@ func (t *Transport) serve(ic *inConn) {
 			}
 			continue
 		}
-		if !ic.owner.Load() && !t.claim(ic) {
-			fr.giveBack(frames)
-			continue // another connection holds the identity
+		if !ic.owner.Load() {
+			if held, _ := t.claim(ic); !held {
+				fr.giveBack(frames)
+				continue // another connection holds the identity (or held it since)
+			}
 		}
 		batch = append(batch, inMsg{ident: ident, frames: frames, lent: fr.lent})
 	}
@@ -703,19 +727,25 @@ func (t *Transport) SetIncarnations(byID map[int]string) {
 // claim makes ic the connection its identity's messages are delivered
 // from, if no other holds it, or ic's process is the identity's known
 // incarnation, or handover is on (the other is then closed); it reports
-// whether ic holds it.
-func (t *Transport) claim(ic *inConn) bool {
+// whether ic holds it. A connection accepted before the last one that held
+// its identity is stale: it never holds it (stale true), whatever else
+// holds. Without that, a connection whose reader fell behind (a starved
+// CPU) could claim its identity after a newer one let go of it, and
+// deliver old messages after newer ones.
+func (t *Transport) claim(ic *inConn) (held, stale bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	old := t.owners[ic.ident]
 	want := t.incarnations[ic.ident]
 	switch {
 	case old == ic:
-		return true
+		return true, false
+	case ic.seq < t.claimed[ic.ident]:
+		return false, true
 	case want != "" && ic.process != want:
-		return false
+		return false, false
 	case old != nil && !t.handover && (want == "" || old.process == want):
-		return false
+		return false, false
 	}
 	if old != nil {
 		old.owner.Store(false)
@@ -723,7 +753,34 @@ func (t *Transport) claim(ic *inConn) bool {
 	}
 	t.owners[ic.ident] = ic
 	ic.owner.Store(true)
-	return true
+	// Made-up identities are never claimed twice, and a stranger's
+	// messages are dropped by the van anyway: neither costs an entry.
+	if ic.ident[0] != 0 && t.member(ic.ident) {
+		t.claimed[ic.ident] = ic.seq
+		if len(t.claimed) >= t.claimedCap {
+			t.pruneClaimedLocked()
+		}
+	}
+	return true, false
+}
+
+// claimedPruneMin is the least size at which Transport.claimed is pruned.
+const claimedPruneMin = 1024
+
+// pruneClaimedLocked drops the entries of claimed that no connection can
+// be stale against: those older than every open connection (one accepted
+// later is newer still). t.mu is held.
+func (t *Transport) pruneClaimedLocked() {
+	oldest := t.accepted + 1
+	for c := range t.conns {
+		oldest = min(oldest, c.seq)
+	}
+	for ident, seq := range t.claimed {
+		if seq < oldest {
+			delete(t.claimed, ident)
+		}
+	}
+	t.claimedCap = max(claimedPruneMin, 2*len(t.claimed))
 }
 
 // unstranger stops counting ic as a stranger.

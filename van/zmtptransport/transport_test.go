@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -310,6 +311,68 @@ func TestHandover(t *testing.T) {
 			break // closed by the handover
 		}
 	}
+}
+
+// A connection accepted before the last one that held its identity never
+// takes the identity back: the node closes it, and nothing it sends is
+// delivered. (Its sender connected again since: were it heard once the
+// newer connection went, messages it still carried would arrive after
+// newer ones. A reader that falls behind on a starved CPU did that.)
+func TestStaleConnectionNeverTakesItsIdentityBack(t *testing.T) {
+	rx, port := bound(t, Options{RecvTimeout: 20 * time.Millisecond})
+	first := rawPeer(t, port, "ps7")
+	first.Write(appendMessage(nil, [][]byte{[]byte("first")}))
+	if ident, frames := recv(t, rx); ident != "ps7" || string(frames[0]) != "first" {
+		t.Fatalf("%q %q", ident, frames[0])
+	}
+	older := rawPeer(t, port, "ps7") // accepted before newer: rawPeer waits for the greeting
+	newer := rawPeer(t, port, "ps7")
+	// Once first goes, newer takes the identity (its messages are
+	// dropped until the node has let first go).
+	first.Close()
+	heardFrom(t, rx, newer, "newer", "")
+	newer.Close()
+	older.Write(appendMessage(nil, [][]byte{[]byte("stale")}))
+	older.SetReadDeadline(time.Now().Add(wait))
+	for {
+		_, err := older.Read(make([]byte, 256)) // the node's READY may come first
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("a stale connection is still open after %v", wait)
+		}
+		if err != nil {
+			break // closed by the node
+		}
+	}
+	// The next connection is heard, and the stale message never was.
+	heardFrom(t, rx, rawPeer(t, port, "ps7"), "last", "newer")
+}
+
+// heardFrom writes messages "what 0", "what 1", ... on c until one of them
+// arrives at rx, within wait. Messages of an earlier call's, named
+// earlier, are let pass (a call returns on the first of its own to
+// arrive); any other message fails t.
+func heardFrom(t *testing.T, rx *Transport, c net.Conn, what, earlier string) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for i := 0; time.Now().Before(deadline); i++ {
+		c.Write(appendMessage(nil, [][]byte{fmt.Appendf(nil, "%s %d", what, i)}))
+		ident, frames, err := rx.Recv()
+		if errors.Is(err, van.ErrRecvTimeout) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("Recv: %v", err)
+		}
+		name, _, _ := strings.Cut(string(frames[0]), " ")
+		if earlier != "" && name == earlier {
+			continue
+		}
+		if ident := string(ident); ident != "ps7" || name != what {
+			t.Fatalf("got %q from %q, want a message %q sent", frames[0], ident, what)
+		}
+		return
+	}
+	t.Fatalf("no message %q arrived within %v", what, wait)
 }
 
 // events records what a connection handler reports.
