@@ -4,10 +4,9 @@ import (
 	"errors"
 	"fmt"
 
-	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
+	"slices"
 
-	"github.com/gopslite/pslite/message/pb"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // ErrBadMeta wraps every error Decode returns.
@@ -16,25 +15,25 @@ var ErrBadMeta = errors.New("malformed meta")
 // Encode returns the wire form of m, written the way C++ ps-lite writes it:
 // head, push, pull, request, simple_app, priority, customer_id and data_size
 // always; app_id and timestamp only when not Empty; body only when not empty;
-// barrier_group only for BARRIER and msg_sig only for ACK.
+// barrier_group only for BARRIER and msg_sig only for ACK; every field of a
+// node.
 //
-// The meta of a data message (every request and response) is written
-// directly, field by field in field-number order, to exactly the bytes the
-// generated code writes; control metas go through the generated code.
+// Metas are written directly, field by field in field-number order, to
+// exactly the bytes the generated code writes (TestEncodeMatchesGenerated):
+// a node list goes out to every node of a job, and the generated code's
+// copy of it into messages of its own cost more than the rest of a large
+// job's start.
 func Encode(m *Meta) ([]byte, error) {
-	if m.IsControl() {
-		return proto.Marshal(toPB(m))
-	}
-	return appendDataMeta(make([]byte, 0, dataMetaSize(m)), m), nil
+	return appendMeta(make([]byte, 0, metaSize(m)), m), nil
 }
 
 // AppendEncode appends Encode's bytes for m to b, so that a caller can
 // encode into a buffer it reuses.
 func AppendEncode(b []byte, m *Meta) ([]byte, error) {
 	if m.IsControl() {
-		return proto.MarshalOptions{}.MarshalAppend(b, toPB(m))
+		b = slices.Grow(b, metaSize(m))
 	}
-	return appendDataMeta(b, m), nil
+	return appendMeta(b, m), nil
 }
 
 // PBMeta's field numbers (message/pb/meta.proto).
@@ -81,10 +80,12 @@ func appendVarint(b []byte, v uint64) []byte {
 	return protowire.AppendVarint(b, v)
 }
 
-// dataMetaSize returns the encoded size of a data meta (every tag here is one
-// byte).
-func dataMetaSize(m *Meta) int {
+// metaSize returns the encoded size of a meta (every tag here is one byte).
+func metaSize(m *Meta) int {
 	n := 1 + int32Size(m.Head) + 4*2 + 1 + int32Size(m.CustomerID) + 1 + int32Size(m.DataSize) + 1 + int32Size(m.Priority)
+	if m.IsControl() {
+		n += 1 + protowire.SizeBytes(controlSize(&m.Control))
+	}
 	if len(m.Body) > 0 {
 		n += 1 + protowire.SizeBytes(len(m.Body))
 	}
@@ -108,12 +109,37 @@ func packedSize(ds []DataType) int {
 	return n
 }
 
-// appendDataMeta appends the wire form of a data meta (no control).
-func appendDataMeta(b []byte, m *Meta) []byte {
+// controlSize returns the encoded size of a control (without its tag and
+// length).
+func controlSize(c *Control) int {
+	n := 1 + int32Size(int32(c.Cmd))
+	for i := range c.Nodes {
+		n += 1 + protowire.SizeBytes(nodeSize(&c.Nodes[i]))
+	}
+	switch c.Cmd {
+	case CmdBarrier:
+		n += 1 + int32Size(c.BarrierGroup)
+	case CmdAck:
+		n += 1 + protowire.SizeVarint(c.MsgSig)
+	}
+	return n
+}
+
+// nodeSize returns the encoded size of a node (without its tag and length).
+func nodeSize(n *Node) int {
+	return 1 + int32Size(int32(n.Role)) + 1 + int32Size(n.ID) + 1 + protowire.SizeBytes(len(n.Hostname)) +
+		1 + int32Size(n.Port) + 2 + 1 + int32Size(n.CustomerID)
+}
+
+// appendMeta appends the wire form of a meta.
+func appendMeta(b []byte, m *Meta) []byte {
 	b = appendInt32(b, fieldHead, m.Head)
 	if len(m.Body) > 0 {
 		b = append(b, tag(fieldBody, protowire.BytesType))
 		b = protowire.AppendBytes(b, m.Body)
+	}
+	if m.IsControl() {
+		b = appendControl(b, &m.Control)
 	}
 	b = appendBool(b, fieldRequest, m.Request)
 	b = appendBool(b, fieldPush, m.Push)
@@ -138,53 +164,32 @@ func appendDataMeta(b []byte, m *Meta) []byte {
 	return b
 }
 
-func toPB(m *Meta) *pb.PBMeta {
-	p := &pb.PBMeta{
-		Head:       proto.Int32(m.Head),
-		Push:       proto.Bool(m.Push),
-		Pull:       proto.Bool(m.Pull),
-		Request:    proto.Bool(m.Request),
-		SimpleApp:  proto.Bool(m.SimpleApp),
-		Priority:   proto.Int32(m.Priority),
-		CustomerId: proto.Int32(m.CustomerID),
-		DataSize:   proto.Int32(m.DataSize),
+// appendControl appends a control as PBMeta's field.
+func appendControl(b []byte, c *Control) []byte {
+	b = append(b, tag(fieldControl, protowire.BytesType))
+	b = appendVarint(b, uint64(controlSize(c)))
+	b = appendInt32(b, fieldCmd, int32(c.Cmd))
+	for i := range c.Nodes {
+		n := &c.Nodes[i]
+		b = append(b, tag(fieldNode, protowire.BytesType))
+		b = appendVarint(b, uint64(nodeSize(n)))
+		b = appendInt32(b, fieldRole, int32(n.Role))
+		b = appendInt32(b, fieldID, n.ID)
+		b = append(b, tag(fieldHostname, protowire.BytesType))
+		b = appendVarint(b, uint64(len(n.Hostname)))
+		b = append(b, n.Hostname...)
+		b = appendInt32(b, fieldPort, n.Port)
+		b = appendBool(b, fieldIsRecovery, n.IsRecovery)
+		b = appendInt32(b, fieldNodeCustID, n.CustomerID)
 	}
-	if m.AppID != Empty {
-		p.AppId = proto.Int32(m.AppID)
+	switch c.Cmd {
+	case CmdBarrier:
+		b = appendInt32(b, fieldBarrierGroup, c.BarrierGroup)
+	case CmdAck:
+		b = append(b, tag(fieldMsgSig, protowire.VarintType))
+		b = protowire.AppendVarint(b, c.MsgSig)
 	}
-	if m.Timestamp != Empty {
-		p.Timestamp = proto.Int32(m.Timestamp)
-	}
-	if len(m.Body) > 0 {
-		p.Body = m.Body
-	}
-	if len(m.DataTypes) > 0 {
-		p.DataType = make([]int32, len(m.DataTypes))
-		for i, d := range m.DataTypes {
-			p.DataType[i] = int32(d)
-		}
-	}
-	if m.IsControl() {
-		c := &pb.PBControl{Cmd: proto.Int32(int32(m.Control.Cmd))}
-		switch m.Control.Cmd {
-		case CmdBarrier:
-			c.BarrierGroup = proto.Int32(m.Control.BarrierGroup)
-		case CmdAck:
-			c.MsgSig = proto.Uint64(m.Control.MsgSig)
-		}
-		for _, n := range m.Control.Nodes {
-			c.Node = append(c.Node, &pb.PBNode{
-				Id:         proto.Int32(n.ID),
-				Role:       proto.Int32(int32(n.Role)),
-				Port:       proto.Int32(n.Port),
-				Hostname:   proto.String(n.Hostname),
-				IsRecovery: proto.Bool(n.IsRecovery),
-				CustomerId: proto.Int32(n.CustomerID),
-			})
-		}
-		p.Control = c
-	}
-	return p
+	return b
 }
 
 // Decode parses the wire form of a meta. Absent app_id, timestamp and node ids

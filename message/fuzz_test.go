@@ -177,9 +177,10 @@ func FuzzDecodeFast(f *testing.F) {
 	})
 }
 
-// TestEncodeDataMetaMatchesGenerated encodes random data metas by hand and
-// with the generated code and wants the same bytes.
-func TestEncodeDataMetaMatchesGenerated(t *testing.T) {
+// TestEncodeMatchesGenerated encodes random metas, data and control (node
+// lists of up to 300 nodes among them), by hand and with the generated code
+// and wants the same bytes.
+func TestEncodeMatchesGenerated(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	i32 := func() int32 {
 		switch rng.IntN(5) {
@@ -204,6 +205,23 @@ func TestEncodeDataMetaMatchesGenerated(t *testing.T) {
 		}
 		for range rng.IntN(4) {
 			m.DataTypes = append(m.DataTypes, DataType(rng.IntN(int(Other)+1)))
+		}
+		if rng.IntN(2) == 0 {
+			m.Control.Cmd = Command(1 + rng.IntN(int(CmdHeartbeat)))
+			m.Control.BarrierGroup = i32()
+			m.Control.MsgSig = rng.Uint64() >> rng.IntN(64)
+			nodes := rng.IntN(4)
+			if rng.IntN(10) == 0 {
+				nodes = rng.IntN(300)
+			}
+			for range nodes {
+				host := make([]byte, rng.IntN(140))
+				for j := range host {
+					host[j] = byte('a' + rng.IntN(26))
+				}
+				m.Control.Nodes = append(m.Control.Nodes, Node{Role: Role(rng.IntN(3)), ID: i32(), Hostname: string(host),
+					Port: i32(), IsRecovery: rng.IntN(2) == 0, CustomerID: i32()})
+			}
 		}
 		got, err := Encode(&m)
 		if err != nil {

@@ -9,7 +9,59 @@ import (
 )
 
 // The generated code's reading of a meta, which Decode must match
-// (FuzzDecodeFast, FuzzDecode).
+// (FuzzDecodeFast, FuzzDecode), and its writing, which Encode must match
+// (TestEncodeMatchesGenerated).
+
+// toPB converts a meta for the generated code to write.
+func toPB(m *Meta) *pb.PBMeta {
+	p := &pb.PBMeta{
+		Head:       proto.Int32(m.Head),
+		Push:       proto.Bool(m.Push),
+		Pull:       proto.Bool(m.Pull),
+		Request:    proto.Bool(m.Request),
+		SimpleApp:  proto.Bool(m.SimpleApp),
+		Priority:   proto.Int32(m.Priority),
+		CustomerId: proto.Int32(m.CustomerID),
+		DataSize:   proto.Int32(m.DataSize),
+	}
+	if m.AppID != Empty {
+		p.AppId = proto.Int32(m.AppID)
+	}
+	if m.Timestamp != Empty {
+		p.Timestamp = proto.Int32(m.Timestamp)
+	}
+	if len(m.Body) > 0 {
+		p.Body = m.Body
+	}
+	if len(m.DataTypes) > 0 {
+		p.DataType = make([]int32, len(m.DataTypes))
+		for i, d := range m.DataTypes {
+			p.DataType[i] = int32(d)
+		}
+	}
+	if m.IsControl() {
+		c := &pb.PBControl{Cmd: proto.Int32(int32(m.Control.Cmd))}
+		switch m.Control.Cmd {
+		case CmdBarrier:
+			c.BarrierGroup = proto.Int32(m.Control.BarrierGroup)
+		case CmdAck:
+			c.MsgSig = proto.Uint64(m.Control.MsgSig)
+		}
+		for _, n := range m.Control.Nodes {
+			c.Node = append(c.Node, &pb.PBNode{
+				Id:         proto.Int32(n.ID),
+				Role:       proto.Int32(int32(n.Role)),
+				Port:       proto.Int32(n.Port),
+				Hostname:   proto.String(n.Hostname),
+				IsRecovery: proto.Bool(n.IsRecovery),
+				CustomerId: proto.Int32(n.CustomerID),
+			})
+		}
+		p.Control = c
+	}
+	return p
+}
+
 
 // decodeGenerated decodes any meta with the generated code.
 func decodeGenerated(b []byte) (Meta, error) {

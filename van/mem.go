@@ -806,8 +806,12 @@ func (t *memTransport) Recv() ([]byte, [][]byte, error) {
 		return nil, nil, fmt.Errorf("van: not bound")
 	}
 	n := t.net
-	timer := time.NewTimer(100 * time.Millisecond)
-	defer timer.Stop()
+	var timer *time.Timer // made once nothing waits: most calls find a message
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
 		n.mu.Lock()
 		ep := n.endpoints[t.addr]
@@ -827,6 +831,9 @@ func (t *memTransport) Recv() ([]byte, [][]byte, error) {
 		ep.waiting = true
 		broadcast(&n.idle)
 		n.mu.Unlock()
+		if timer == nil {
+			timer = time.NewTimer(100 * time.Millisecond)
+		}
 		timedOut := false
 		select {
 		case <-wake:

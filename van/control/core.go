@@ -250,6 +250,9 @@ type Core struct {
 	peers     map[int]*peer      // by process id; see peer
 	connected map[int]string     // id -> address of each connection made
 	links     map[int]*linkState // a server's or worker's connections to its peers that are down
+	// linkDue is when the first link not reported yet is due to be (zero:
+	// none is); Tick looks at links from then on.
+	linkDue time.Time
 
 	// The scheduler's.
 	registered  []message.Node         // ADD_NODE requests until the job is full, then the node list

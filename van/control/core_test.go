@@ -590,6 +590,26 @@ func TestPeerDownAfterGrace(t *testing.T) {
 	}
 }
 
+// Links that go down at different times are each reported once their own
+// grace is over (Tick looks at them only from the first one due on).
+func TestPeersDownEachAfterTheirGrace(t *testing.T) {
+	s := newSim(t, 2, 1, func(c *Config) { c.Resend = true })
+	s.startAll()
+	w := s.node("worker0")
+	grace := w.core.cfg.ConnGrace
+	s.apply(w, w.core.Connection(8, false, s.now))
+	s.tick(grace/2, 100*time.Millisecond)
+	s.apply(w, w.core.Connection(10, false, s.now))
+	s.tick(grace/2+100*time.Millisecond, 100*time.Millisecond)
+	if got := w.all(EventPeerDown); len(got) != 1 || got[0].ID != 8 {
+		t.Fatalf("after server 8's grace: peer-down events %v, want server 8's alone", got)
+	}
+	s.tick(grace/2, 100*time.Millisecond)
+	if got := w.all(EventPeerDown); len(got) != 2 || got[1].ID != 10 {
+		t.Fatalf("after server 10's grace: peer-down events %v, want servers 8 and 10", got)
+	}
+}
+
 // Without resending, a connection to a live peer that drops and comes back
 // within the grace fails the job, naming the peer: what was in flight on it
 // may be lost, and a request or barrier waiting for it would wait for ever.

@@ -238,9 +238,12 @@ func (c *Core) assignIDs(o *out, now time.Time) {
 		}
 	}
 	c.sendIncarnations(o, -1)
+	// One copy of the list for every node's message: in a job of n nodes,
+	// a copy each would be n*n nodes.
+	list := slices.Clone(c.registered)
 	for _, id := range c.members(message.ServerGroup + message.WorkerGroup) {
 		if _, shared := c.shared[id]; !shared {
-			c.sendNodes(o, id, c.registered)
+			c.sendNodes(o, id, list)
 		}
 	}
 	c.log.Info().Int("servers", servers).Int("workers", workers).Msg("all nodes registered")
@@ -249,11 +252,13 @@ func (c *Core) assignIDs(o *out, now time.Time) {
 	o.notify(Event{Type: EventReady, Node: c.me})
 }
 
+// sendNodes sends id the list of nodes, which the message keeps: nodes
+// must not change afterwards (messages to several nodes may share it).
 func (c *Core) sendNodes(o *out, id int, nodes []message.Node) {
 	msg := message.New()
 	msg.Meta.Recver = int32(id)
 	msg.Meta.Control.Cmd = message.CmdAddNode
-	msg.Meta.Control.Nodes = slices.Clone(nodes)
+	msg.Meta.Control.Nodes = nodes
 	msg.Meta.Timestamp = c.nextTS()
 	o.send(msg)
 }
@@ -380,12 +385,13 @@ func (c *Core) replace(o *out, id int, n message.Node, now time.Time) {
 	// its predecessor's identity once they hear of it (see ROUTER
 	// handover in the van, and incarnations), which they should before it
 	// connects.
+	news := []message.Node{n}
 	for _, m := range c.members(message.ServerGroup + message.WorkerGroup) {
 		if _, shared := c.shared[m]; !shared && m != id && c.peers[m] != nil && !c.peers[m].dead {
-			c.sendNodes(o, m, []message.Node{n})
+			c.sendNodes(o, m, news)
 		}
 	}
-	c.sendNodes(o, id, c.registered)
+	c.sendNodes(o, id, slices.Clone(c.registered))
 	for i := range c.registered {
 		c.registered[i].IsRecovery = false
 	}

@@ -218,9 +218,18 @@ func (c *Core) Connection(id int, up bool, now time.Time) []Output {
 			delete(c.links, id)
 		case l == nil:
 			c.links[id] = &linkState{downSince: now}
+			c.dueLink(now.Add(c.cfg.ConnGrace))
 		}
 	}
 	return o
+}
+
+// dueLink notes that a link down is due to be reported at due, unless it
+// comes back first (see Tick).
+func (c *Core) dueLink(due time.Time) {
+	if c.linkDue.IsZero() || due.Before(c.linkDue) {
+		c.linkDue = due
+	}
 }
 
 // blip fails the job, without resending, when the connection to n dropped
@@ -287,17 +296,30 @@ func (c *Core) Tick(now time.Time) []Output {
 			return o
 		}
 	}
-	// A peer whose connection stays closed past the grace is gone.
+	// A peer whose connection stays closed past the grace is gone. (The
+	// links are looked at only once the first of them is due: a job of
+	// thousands of nodes that ends sees thousands of links go down at
+	// each node, ten ticks a second.)
+	if len(c.links) == 0 || c.linkDue.IsZero() || now.Before(c.linkDue) {
+		return o
+	}
+	c.linkDue = time.Time{}
 	ids := make([]int, 0, len(c.links))
 	for id := range c.links {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		if l := c.links[id]; !l.reported && !l.downSince.IsZero() && now.Sub(l.downSince) >= c.cfg.ConnGrace {
-			l.reported = true
-			o.notify(Event{Type: EventPeerDown, ID: id})
+		l := c.links[id]
+		if l.reported || l.downSince.IsZero() {
+			continue
 		}
+		if due := l.downSince.Add(c.cfg.ConnGrace); now.Before(due) {
+			c.dueLink(due)
+			continue
+		}
+		l.reported = true
+		o.notify(Event{Type: EventPeerDown, ID: id})
 	}
 	return o
 }

@@ -298,6 +298,17 @@ func (n *simNode) has(t EventType) *Event {
 	return nil
 }
 
+// all returns n's events of type t, in order.
+func (n *simNode) all(t EventType) []Event {
+	var evs []Event
+	for _, e := range n.events {
+		if e.Type == t {
+			evs = append(evs, e)
+		}
+	}
+	return evs
+}
+
 func (n *simNode) count(t EventType) int {
 	k := 0
 	for _, e := range n.events {
