@@ -62,7 +62,6 @@ func toPB(m *Meta) *pb.PBMeta {
 	return p
 }
 
-
 // decodeGenerated decodes any meta with the generated code.
 func decodeGenerated(b []byte) (Meta, error) {
 	var p pb.PBMeta
