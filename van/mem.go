@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -627,7 +628,14 @@ func (t *memTransport) queueEvent(id int, up bool) {
 func (t *memTransport) peerEvent(addr string, up bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, id := range slices.Sorted(maps.Keys(t.atAddr[addr])) {
+	ids := t.atAddr[addr]
+	if len(ids) == 1 { // the common case: one peer at an address
+		for id := range ids {
+			t.queueEvent(id, up)
+		}
+		return
+	}
+	for _, id := range slices.Sorted(maps.Keys(ids)) {
 		t.queueEvent(id, up)
 	}
 }
@@ -666,7 +674,7 @@ func (t *memTransport) kill() {
 }
 
 func (t *memTransport) Connect(id int, host string, port int, identity string) error {
-	addr := fmt.Sprintf("%s:%d", host, port)
+	addr := host + ":" + strconv.Itoa(port)
 	t.net.mu.Lock()
 	ep := t.net.endpoints[addr]
 	live := ep != nil && !ep.dead
