@@ -98,7 +98,7 @@ func GroupMembers(id, numServers, numWorkers int) ([]int, error) {
 	case id <= 0:
 		return nil, fmt.Errorf("invalid node or group id %d", id)
 	case IsGroup(id):
-		var ids []int
+		ids := make([]int, 0, max(numWorkers, 0)+max(numServers, 0)+1)
 		if id&WorkerGroup != 0 {
 			for r := 0; r < numWorkers; r++ {
 				ids = append(ids, WorkerRankToID(r))

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -82,7 +83,7 @@ type Node struct {
 }
 
 // Addr returns "host:port", the key nodes are matched by.
-func (n Node) Addr() string { return fmt.Sprintf("%s:%d", n.Hostname, n.Port) }
+func (n Node) Addr() string { return n.Hostname + ":" + strconv.Itoa(int(n.Port)) }
 
 // String returns a short description of the node.
 func (n Node) String() string {

@@ -74,8 +74,9 @@ type Postoffice struct {
 	barrierMu sync.Mutex    // guards barrierCh
 	barrierCh chan struct{} // closed by the next barrier release
 
-	ranges []Range
-	groups map[int][]int
+	ranges   []Range
+	groupsMu sync.Mutex    // guards groups
+	groups   map[int][]int // the groups' members, made when first asked for
 
 	managed managedState // see managed.go
 
@@ -111,9 +112,6 @@ func New(cfg Config, opts ...Option) (*Postoffice, error) {
 		groups:    make(map[int][]int),
 	}
 	p.managed.init()
-	for g := 1; g <= 7; g++ {
-		p.groups[g], _ = message.GroupMembers(g, cfg.NumServers, cfg.NumWorkers)
-	}
 	if cfg.MetricsAddr != "" {
 		p.metrics = metrics.New()
 		p.metrics.GaugeFunc("receive_queue_messages", "Messages waiting in the node's customers' receive queues.", func() float64 {
@@ -389,11 +387,22 @@ func (p *Postoffice) Err() error { return p.van.Err() }
 func (p *Postoffice) Failed() <-chan struct{} { return p.van.Failed() }
 
 // GetNodeIDs returns the ids of the nodes a group or node id addresses.
+// A group's list is made when first asked for, and kept: the caller must
+// not change it.
 func (p *Postoffice) GetNodeIDs(id int) ([]int, error) {
+	if !message.IsGroup(id) {
+		return message.GroupMembers(id, p.cfg.NumServers, p.cfg.NumWorkers)
+	}
+	p.groupsMu.Lock()
+	defer p.groupsMu.Unlock()
 	if g, ok := p.groups[id]; ok {
 		return g, nil
 	}
-	return message.GroupMembers(id, p.cfg.NumServers, p.cfg.NumWorkers)
+	g, err := message.GroupMembers(id, p.cfg.NumServers, p.cfg.NumWorkers)
+	if err == nil {
+		p.groups[id] = g
+	}
+	return g, err
 }
 
 // ServerKeyRanges returns the key range of each server, by rank.

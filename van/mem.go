@@ -3,7 +3,6 @@ package van
 import (
 	"context"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -366,7 +365,8 @@ func (n *MemNetwork) deliverLocked(to string, m memMsg) {
 
 // broadcast wakes whoever waits on *ch (see waitOn): it closes the
 // channel, if one was made, and clears it, so that a network nobody waits
-// on makes no channel per message or event. The network's mu is held.
+// on makes no channel per message or event. The lock that guards *ch is
+// held.
 func broadcast(ch *chan struct{}) {
 	if *ch != nil {
 		close(*ch)
@@ -375,7 +375,7 @@ func broadcast(ch *chan struct{}) {
 }
 
 // waitOn returns the channel the next broadcast on *ch closes, making it
-// if need be. The network's mu is held.
+// if need be. The lock that guards *ch is held.
 func waitOn(ch *chan struct{}) chan struct{} {
 	if *ch == nil {
 		*ch = make(chan struct{})
@@ -402,11 +402,17 @@ type memTransport struct {
 	// atAddr indexes peers by address: every node's connection events
 	// look up the address that went up or down (a scan of every peer
 	// made a job's start and end cost its size cubed).
-	atAddr map[string]map[int]struct{}
+	atAddr map[string][]int
+	// changed is broadcast when a peer is replaced or dropped: it ends the
+	// Sends waiting for room on it (ErrPeerClosed). See waitOn.
+	changed chan struct{}
 	// dialed is every address the transport connected to (its entries in
 	// the network's dialers); guarded by the network's mu.
 	dialed map[string]struct{}
 	gens   int // the last memPeer.gen given
+	// ident is the identity the last Connect gave, shared by the peers
+	// (read only).
+	ident []byte
 	// held holds what is sent to the peers held by Hold (see Batcher), in
 	// order, until Flush.
 	held      map[int][]batchedMsg
@@ -425,9 +431,6 @@ type memPeer struct {
 	addr     string
 	identity []byte
 	gen      int // distinguishes connections (to the same id, or not)
-	// gone is closed when the connection is replaced or dropped: it ends
-	// the Sends waiting for room on it (ErrPeerClosed).
-	gone chan struct{}
 }
 
 // batchedMsg is a message sent to a peer held by Hold.
@@ -628,14 +631,7 @@ func (t *memTransport) queueEvent(id int, up bool) {
 func (t *memTransport) peerEvent(addr string, up bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	ids := t.atAddr[addr]
-	if len(ids) == 1 { // the common case: one peer at an address
-		for id := range ids {
-			t.queueEvent(id, up)
-		}
-		return
-	}
-	for _, id := range slices.Sorted(maps.Keys(ids)) {
+	for _, id := range t.atAddr[addr] { // in order (see Connect)
 		t.queueEvent(id, up)
 	}
 }
@@ -692,23 +688,26 @@ func (t *memTransport) Connect(id int, host string, port int, identity string) e
 	if t.closed || t.killed {
 		return ErrClosed
 	}
-	ident := []byte(identity)
-	if identity == "" {
-		ident = []byte{0, 0x6b, 0x8b, 0x45, 0x67} // like ZeroMQ's generated identities
+	ident := t.ident // a node connects to all its peers with one identity
+	if string(ident) != identity || ident == nil {
+		ident = []byte(identity)
+		if identity == "" {
+			ident = []byte{0, 0x6b, 0x8b, 0x45, 0x67} // like ZeroMQ's generated identities
+		}
+		t.ident = ident
 	}
 	if old, ok := t.peers[id]; ok {
-		close(old.gone)
+		broadcast(&t.changed)
 		t.unindexLocked(id, old.addr)
 	}
 	t.gens++
-	t.peers[id] = memPeer{addr: addr, identity: ident, gen: t.gens, gone: make(chan struct{})}
+	t.peers[id] = memPeer{addr: addr, identity: ident, gen: t.gens}
 	if t.atAddr == nil {
-		t.atAddr = map[string]map[int]struct{}{}
+		t.atAddr = map[string][]int{}
 	}
-	if t.atAddr[addr] == nil {
-		t.atAddr[addr] = map[int]struct{}{}
-	}
-	t.atAddr[addr][id] = struct{}{}
+	ids := t.atAddr[addr] // mostly one id: a slice, sorted, costs least
+	i, _ := slices.BinarySearch(ids, id)
+	t.atAddr[addr] = slices.Insert(ids, i, id)
 	if live {
 		t.queueEvent(id, true)
 	}
@@ -718,7 +717,7 @@ func (t *memTransport) Connect(id int, host string, port int, identity string) e
 func (t *memTransport) Disconnect(id int) {
 	t.mu.Lock()
 	if p, ok := t.peers[id]; ok {
-		close(p.gone)
+		broadcast(&t.changed)
 		delete(t.peers, id)
 		t.unindexLocked(id, p.addr)
 	}
@@ -727,8 +726,9 @@ func (t *memTransport) Disconnect(id int) {
 
 // unindexLocked removes peer id at addr from atAddr; mu is held.
 func (t *memTransport) unindexLocked(id int, addr string) {
-	delete(t.atAddr[addr], id)
-	if len(t.atAddr[addr]) == 0 {
+	ids := slices.DeleteFunc(t.atAddr[addr], func(x int) bool { return x == id })
+	t.atAddr[addr] = ids
+	if len(ids) == 0 {
 		delete(t.atAddr, addr)
 	}
 }
@@ -789,24 +789,37 @@ func (t *memTransport) send(ctx context.Context, id int, frames [][]byte, wait b
 		}
 		room := waitOn(&ep.room)
 		n.mu.Unlock()
+		changed, err := t.stillPeer(id, p.gen)
+		if err != nil {
+			return 0, err
+		}
 		select {
 		case <-room:
-		case <-p.gone: // replaced or dropped
+		case <-changed: // a peer replaced or dropped: this one?
 		case <-t.stop: // closed
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}
-		t.mu.Lock()
-		q, ok := t.peers[id]
-		closed := t.closed || t.killed
-		t.mu.Unlock()
-		switch {
-		case closed:
-			return 0, ErrClosed
-		case !ok || q.gen != p.gen:
-			return 0, ErrPeerClosed
+		if _, err := t.stillPeer(id, p.gen); err != nil {
+			return 0, err
 		}
 	}
+}
+
+// stillPeer returns ErrClosed once t is closed, and ErrPeerClosed once
+// the connection gen to id is replaced or dropped; else a channel closed
+// at the next such change to any peer.
+func (t *memTransport) stillPeer(id, gen int) (chan struct{}, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	q, ok := t.peers[id]
+	switch {
+	case t.closed || t.killed:
+		return nil, ErrClosed
+	case !ok || q.gen != gen:
+		return nil, ErrPeerClosed
+	}
+	return waitOn(&t.changed), nil
 }
 
 func (t *memTransport) Recv() ([]byte, [][]byte, error) {

@@ -3,6 +3,7 @@ package control
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -250,9 +251,9 @@ type Core struct {
 	peers     map[int]*peer      // by process id; see peer
 	connected map[int]string     // id -> address of each connection made
 	links     map[int]*linkState // a server's or worker's connections to its peers that are down
-	// linkDue is when the first link not reported yet is due to be (zero:
-	// none is); Tick looks at links from then on.
-	linkDue time.Time
+	// linksDown holds the links that went down, in that order, until
+	// Tick reports them or finds them back up.
+	linksDown []linkDown
 
 	// The scheduler's.
 	registered  []message.Node         // ADD_NODE requests until the job is full, then the node list
@@ -281,7 +282,7 @@ type Core struct {
 	procByAddr   map[string]string
 	// A server's or worker's:
 	view  *replica.View
-	nodes []message.Node // the job's nodes, from the scheduler's list
+	nodes []message.Node // the job's servers, from the scheduler's lists
 	// nodeAt is the index of each id in nodes: the list comes whole to
 	// every node at each change, so a search per entry would cost every
 	// node the job's size squared.
@@ -362,7 +363,7 @@ func (c *Core) connect(o *out, n message.Node, now time.Time) {
 }
 
 // Identity returns the socket identity of node id: "ps<id>".
-func Identity(id int) string { return fmt.Sprintf("ps%d", id) }
+func Identity(id int) string { return "ps" + strconv.Itoa(id) }
 
 // Step handles a received control message. The van has set
 // msg.Meta.Sender from the sender's identity.

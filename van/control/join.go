@@ -450,19 +450,18 @@ func ParseIncarnations(text string) (map[int]string, error) {
 	return m, nil
 }
 
-// rememberNodes keeps, at a server or worker, the job's nodes from the
-// scheduler's lists (servers connect to each other only once a view says
-// that ranges are replicated).
+// rememberNodes keeps, at a server or worker, the job's servers from the
+// scheduler's lists: servers connect to each other once a view says that
+// ranges are replicated (takeView). Nothing else needs the list kept, and
+// a large job's whole list at every node is its size squared.
 func (c *Core) rememberNodes(nodes []message.Node) {
-	if c.nodeAt == nil {
-		// The first list is the whole job: room for it at once, not by
-		// doublings (a large job's list is remembered at every node).
-		c.nodeAt = make(map[int32]int, len(nodes))
-		c.nodes = slices.Grow(c.nodes, len(nodes))
-	}
 	for _, n := range nodes {
-		if n.ID == empty {
+		if n.ID == empty || n.Role != message.RoleServer {
 			continue
+		}
+		if c.nodeAt == nil {
+			c.nodeAt = make(map[int32]int, c.cfg.NumServers)
+			c.nodes = slices.Grow(c.nodes, c.cfg.NumServers)
 		}
 		if i, ok := c.nodeAt[n.ID]; ok {
 			c.nodes[i] = n

@@ -218,18 +218,17 @@ func (c *Core) Connection(id int, up bool, now time.Time) []Output {
 			delete(c.links, id)
 		case l == nil:
 			c.links[id] = &linkState{downSince: now}
-			c.dueLink(now.Add(c.cfg.ConnGrace))
+			c.linksDown = append(c.linksDown, linkDown{id: id, since: now})
 		}
 	}
 	return o
 }
 
-// dueLink notes that a link down is due to be reported at due, unless it
-// comes back first (see Tick).
-func (c *Core) dueLink(due time.Time) {
-	if c.linkDue.IsZero() || due.Before(c.linkDue) {
-		c.linkDue = due
-	}
+// linkDown is a link that went down at since, waiting for its grace to
+// end (Core.linksDown).
+type linkDown struct {
+	id    int
+	since time.Time
 }
 
 // blip fails the job, without resending, when the connection to n dropped
@@ -296,30 +295,23 @@ func (c *Core) Tick(now time.Time) []Output {
 			return o
 		}
 	}
-	// A peer whose connection stays closed past the grace is gone. (The
-	// links are looked at only once the first of them is due: a job of
-	// thousands of nodes that ends sees thousands of links go down at
-	// each node, ten ticks a second.)
-	if len(c.links) == 0 || c.linkDue.IsZero() || now.Before(c.linkDue) {
-		return o
-	}
-	c.linkDue = time.Time{}
-	ids := make([]int, 0, len(c.links))
-	for id := range c.links {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		l := c.links[id]
-		if l.reported || l.downSince.IsZero() {
-			continue
-		}
-		if due := l.downSince.Add(c.cfg.ConnGrace); now.Before(due) {
-			c.dueLink(due)
-			continue
-		}
-		l.reported = true
-		o.notify(Event{Type: EventPeerDown, ID: id})
+	// A peer whose connection stays closed past the grace is gone. The
+	// links down wait in the order they went down, which is the order they
+	// are due in: a tick looks at those due alone (a job of thousands of
+	// nodes that ends sees thousands of links go down at each node, ten
+	// ticks a second).
+	for len(c.linksDown) > 0 {
+		d := c.linksDown[0]
+		l := c.links[d.id]
+		if l != nil && !l.reported && l.downSince.Equal(d.since) {
+			if now.Sub(d.since) < c.cfg.ConnGrace {
+				break
+			}
+			l.reported = true
+			o.notify(Event{Type: EventPeerDown, ID: d.id})
+		} // else it came back, or went down again since (a later entry)
+		c.linksDown[0] = linkDown{}
+		c.linksDown = c.linksDown[1:]
 	}
 	return o
 }
