@@ -29,9 +29,10 @@ type MemNetwork struct {
 	links     map[[2]string]*memLink  // by (from, to) address
 	early     map[string][]memMsg     // for addresses nobody has bound (yet)
 	// dialers holds, per address, the transports that ever connected to
-	// it: a connection event there concerns them alone (with thousands of
-	// nodes, telling every transport of every event was quadratic).
-	dialers  map[string]map[*memTransport]struct{}
+	// it, in that order, until they close: a connection event there
+	// concerns them alone (with thousands of nodes, telling every
+	// transport of every event was quadratic).
+	dialers  map[string][]*memTransport
 	nextPort int
 	dropAll  float64
 	idle     chan struct{} // closed and replaced when a receiver starts waiting or an event is handled
@@ -93,7 +94,7 @@ func NewMemNetworkClock(clock Clock, seed uint64) *MemNetwork {
 		endpoints: make(map[string]*memEndpoint),
 		links:     make(map[[2]string]*memLink),
 		early:     make(map[string][]memMsg),
-		dialers:   make(map[string]map[*memTransport]struct{}),
+		dialers:   make(map[string][]*memTransport),
 	}
 }
 
@@ -290,10 +291,14 @@ func (n *MemNetwork) Kill(addr string) {
 // connection went down or came up.
 func (n *MemNetwork) connectionEvent(addr string, up bool) {
 	n.mu.Lock()
-	ts := make([]*memTransport, 0, len(n.dialers[addr]))
-	for t := range n.dialers[addr] {
-		ts = append(ts, t)
+	// Closed transports leave the list here, not at Close (a job's end
+	// would then cost a search of each list it is in).
+	ts := slices.DeleteFunc(n.dialers[addr], func(t *memTransport) bool { return t.dialed == nil })
+	n.dialers[addr] = ts
+	if len(ts) == 0 {
+		delete(n.dialers, addr)
 	}
+	ts = slices.Clone(ts)
 	n.mu.Unlock()
 	for _, t := range ts {
 		t.peerEvent(addr, up)
@@ -407,7 +412,8 @@ type memTransport struct {
 	// Sends waiting for room on it (ErrPeerClosed). See waitOn.
 	changed chan struct{}
 	// dialed is every address the transport connected to (its entries in
-	// the network's dialers); guarded by the network's mu.
+	// the network's dialers), nil once it is closed; guarded by the
+	// network's mu.
 	dialed map[string]struct{}
 	gens   int // the last memPeer.gen given
 	// ident is the identity the last Connect gave, shared by the peers
@@ -674,14 +680,13 @@ func (t *memTransport) Connect(id int, host string, port int, identity string) e
 	t.net.mu.Lock()
 	ep := t.net.endpoints[addr]
 	live := ep != nil && !ep.dead
-	if t.net.dialers[addr] == nil {
-		t.net.dialers[addr] = map[*memTransport]struct{}{}
-	}
-	t.net.dialers[addr][t] = struct{}{}
 	if t.dialed == nil {
 		t.dialed = map[string]struct{}{}
 	}
-	t.dialed[addr] = struct{}{}
+	if _, ok := t.dialed[addr]; !ok {
+		t.dialed[addr] = struct{}{}
+		t.net.dialers[addr] = append(t.net.dialers[addr], t)
+	}
 	t.net.mu.Unlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -888,13 +893,7 @@ func (t *memTransport) Close() error {
 	}
 	n := t.net
 	n.mu.Lock()
-	for addr := range t.dialed {
-		delete(n.dialers[addr], t)
-		if len(n.dialers[addr]) == 0 {
-			delete(n.dialers, addr)
-		}
-	}
-	t.dialed = nil
+	t.dialed = nil // it leaves the dialers' lists (see connectionEvent)
 	ep := n.endpoints[t.addr]
 	mine := ep != nil && ep.owner == t
 	if mine {
