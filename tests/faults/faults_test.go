@@ -85,6 +85,34 @@ func newEnv(t *testing.T, servers, workers int, tweak func(*postoffice.Config)) 
 	return e
 }
 
+// newNode makes a node for the job (a replacement), not yet started. The
+// env waits on it as on the job's own nodes (see settle): a replacement's
+// customers, left out, could sit on a request while time runs ahead.
+func (e *env) newNode(role message.Role) *postoffice.Postoffice {
+	p := e.c.NewNode(role, nil)
+	e.extra = append(e.extra, p)
+	return p
+}
+
+// join starts p (a replacement) and waits until its Start has returned:
+// the protocol's part (an id, and in a managed job the first view) in
+// protocol time, then the return of Start's goroutine in real time, so
+// that a goroutine the machine runs late cannot let protocol time run
+// ahead of it.
+func (e *env) join(p *postoffice.Postoffice) {
+	e.t.Helper()
+	started := make(chan error, 1)
+	go func() { started <- p.Start(context.Background(), 0, true) }()
+	e.registered(p)
+	e.within(bound, "the replacement joins", func() bool {
+		return len(started) == 1 || p.Van().IsReady() && (!p.Managed() || p.View() != nil)
+	})
+	e.waitReal("the replacement's Start to return", func() bool { return len(started) == 1 })
+	if err := <-started; err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 func (e *env) serve(p *postoffice.Postoffice) {
 	s, err := kv.NewKVServer[int64](p, 0)
 	if err != nil {
@@ -210,25 +238,33 @@ func failed(p *postoffice.Postoffice) bool {
 // workerRun is a worker pushing round after round until stopped; then it
 // pulls its counts and finalizes.
 type workerRun struct {
-	p       *postoffice.Postoffice
-	rounds  atomic.Int64 // acknowledged
-	waiting atomic.Bool  // blocked on the job: in Wait or Finalize
-	ts      atomic.Int64 // the request waited on, -1 for none
-	w       atomic.Pointer[kv.KVWorker[int64]]
-	stop    chan struct{}
-	gate    chan struct{} // if set, each round waits for a token (release)
-	tokens  atomic.Int64  // tokens released
-	taken   atomic.Int64  // tokens taken
-	done    chan struct{}
-	err     error   // the first error, once done
-	counts  []int64 // pulled, per server rank
+	p      *postoffice.Postoffice
+	rounds atomic.Int64 // acknowledged
+	// on says where the worker is, in one word so that it is read at
+	// once: running, onJob (in Finalize, or held by the gate) or, when
+	// not negative, the timestamp of the request it waits on.
+	on     atomic.Int64
+	w      atomic.Pointer[kv.KVWorker[int64]]
+	stop   chan struct{}
+	gate   chan struct{} // if set, each round waits for a token (release)
+	tokens atomic.Int64  // tokens released
+	taken  atomic.Int64  // tokens taken
+	done   chan struct{}
+	err    error   // the first error, once done
+	counts []int64 // pulled, per server rank
 	// acceptLoss makes the worker accept losing state (AcceptStateLoss).
 	acceptLoss bool
 }
 
+// Where a worker is (workerRun.on) when it waits on no request.
+const (
+	running = -2
+	onJob   = -1
+)
+
 func (e *env) startWorker(p *postoffice.Postoffice) *workerRun {
 	r := &workerRun{p: p, stop: make(chan struct{}), done: make(chan struct{}), acceptLoss: e.acceptLoss}
-	r.ts.Store(-1)
+	r.on.Store(running)
 	go func() {
 		defer close(r.done)
 		r.err = r.run()
@@ -263,27 +299,26 @@ func (r *workerRun) run() error {
 		if err != nil {
 			return err
 		}
-		r.ts.Store(int64(ts))
-		r.waiting.Store(true)
-		defer func() { r.waiting.Store(false); r.ts.Store(-1) }()
+		r.on.Store(int64(ts))
+		defer r.on.Store(running)
 		return w.Wait(ts)
 	}
 	for {
 		if r.gate != nil {
-			r.waiting.Store(true) // blocked, on the test
+			r.on.Store(onJob) // blocked, on the test
 			select {
 			case <-r.gate:
 				r.taken.Add(1)
 			case <-r.stop:
 			}
-			r.waiting.Store(false)
+			r.on.Store(running)
 		}
 		select {
 		case <-r.stop:
 			if err := wait(w.Pull(keys, &r.counts, nil)); err != nil {
 				return fmt.Errorf("pull: %w", err)
 			}
-			r.waiting.Store(true)
+			r.on.Store(onJob)
 			return r.p.Finalize(context.Background(), 0, true)
 		default:
 		}
@@ -307,11 +342,12 @@ func (r *workerRun) blocked() bool {
 	if isDone(r.done) {
 		return true
 	}
-	if !r.waiting.Load() || r.taken.Load() < r.tokens.Load() {
+	on := r.on.Load()
+	if on == running || r.taken.Load() < r.tokens.Load() {
 		return false
 	}
-	ts, w := r.ts.Load(), r.w.Load()
-	return ts < 0 || w == nil || w.Customer().Tracker().Pending(int(ts))
+	w := r.w.Load()
+	return on == onJob || w == nil || w.Customer().Tracker().Pending(int(on))
 }
 
 // waitRounds waits until every running worker has done n more rounds.
@@ -452,14 +488,8 @@ func TestWorkerReplaced(t *testing.T) {
 	rank := victim.p.MyRank()
 	e.kill(victim.p) // its goroutine stays blocked, as if gone, until cleanup
 	e.workers = e.workers[:1]
-	repl := e.c.NewNode(message.RoleWorker, nil)
-	started := make(chan error, 1)
-	go func() { started <- repl.Start(context.Background(), 0, true) }()
-	e.registered(repl)
-	e.within(bound, "the replacement joins", func() bool { return len(started) == 1 })
-	if err := <-started; err != nil {
-		t.Fatal(err)
-	}
+	repl := e.newNode(message.RoleWorker)
+	e.join(repl)
 	if !repl.IsRecovery() || repl.MyRank() != rank {
 		t.Fatalf("replacement: recovery %v rank %d, want rank %d", repl.IsRecovery(), repl.MyRank(), rank)
 	}
@@ -526,7 +556,7 @@ func TestServerRestartedLosesState(t *testing.T) {
 	e.waitRounds(3)
 	victim := e.c.Servers[1]
 	e.kill(victim)
-	repl := e.c.NewNode(message.RoleServer, nil)
+	repl := e.newNode(message.RoleServer)
 	go repl.Start(context.Background(), 0, true)
 	e.registered(repl)
 	survivors := append(without(e.c.All(), victim), repl)
@@ -555,14 +585,8 @@ func TestServerRestartedAcceptingLoss(t *testing.T) {
 	e.waitRounds(3)
 	victim := e.c.Servers[1]
 	e.kill(victim)
-	repl := e.c.NewNode(message.RoleServer, nil)
-	started := make(chan error, 1)
-	go func() { started <- repl.Start(context.Background(), 0, true) }()
-	e.registered(repl)
-	e.within(bound, "the replacement joins", func() bool { return len(started) == 1 })
-	if err := <-started; err != nil {
-		t.Fatal(err)
-	}
+	repl := e.newNode(message.RoleServer)
+	e.join(repl)
 	e.serve(repl)
 	after := e.workers[0].rounds.Load()
 	e.within(bound, "rounds go on", func() bool {
@@ -684,7 +708,7 @@ func TestLongPartition(t *testing.T) {
 		// next request cannot arrive. (One that arrived before a cut waits
 		// for its answer until the link returns, as over plain TCP.)
 		w := &workerRun{p: e.c.Workers[0], stop: make(chan struct{}), gate: make(chan struct{}, 3), done: make(chan struct{})}
-		w.ts.Store(-1)
+		w.on.Store(running)
 		e.workers = append(e.workers, w)
 		go func() { defer close(w.done); w.err = w.run() }()
 		for range 3 {

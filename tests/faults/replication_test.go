@@ -1,7 +1,6 @@
 package faults_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -73,15 +72,8 @@ func (e *env) moreRounds(n int64) {
 // startReplacement starts a server to take a dead one's place.
 func (e *env) startReplacement() *postoffice.Postoffice {
 	e.t.Helper()
-	repl := e.c.NewNode(message.RoleServer, nil)
-	e.extra = append(e.extra, repl)
-	started := make(chan error, 1)
-	go func() { started <- repl.Start(context.Background(), 0, true) }()
-	e.registered(repl)
-	e.within(bound, "the replacement joins", func() bool { return len(started) == 1 })
-	if err := <-started; err != nil {
-		e.t.Fatal(err)
-	}
+	repl := e.newNode(message.RoleServer)
+	e.join(repl)
 	e.serve(repl)
 	return repl
 }
