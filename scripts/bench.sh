@@ -16,7 +16,9 @@
 #     (or test_kv_app_benchmark), with the headers in the checkout above it
 #     (../include), or given as PSLITE_CPP_INCLUDE.
 # PSLITE_CPP_INCLUDE and PSLITE_CPP_LIB override the header directory and
-# the library. BENCH_ROUNDS sets the rounds (default 3 with C++, else 1).
+# the library. BENCH_ROUNDS sets the rounds (default 7 with C++, else 1);
+# which of ours and C++ goes first swaps every round, and the machine's
+# load at the start of each run goes into the report.
 # Our nodes run on the transport DMLC_PS_VAN_TYPE names, as they would in a
 # job: the ZMTP one when it is unset. DMLC_PS_VAN_TYPE=zmq runs them on
 # libzmq, as C++ ps-lite's nodes always are: make bench-zmq writes
@@ -75,7 +77,7 @@ if [ -n "${PSLITE_CPP_BUILD:-}" ]; then
   cpp_kvbench=$(cpp_program "$PSLITE_CPP_BUILD" test_kv_app_benchmark) || exit 1
   cpp=build/cpp-psbench
 fi
-rounds=${BENCH_ROUNDS:-$([ -n "$cpp" ] && echo 3 || echo 1)}
+rounds=${BENCH_ROUNDS:-$([ -n "$cpp" ] && echo 7 || echo 1)}
 
 # Our nodes use the transport DMLC_PS_VAN_TYPE names (zmtp by default, or
 # zmq); C++ ps-lite's know only zmq, so they run without it.
@@ -88,13 +90,16 @@ run() { # program servers workers args...
   shift 3
   [ "$p" != "$cpp" ] || how=env
   echo "== ${p##*/} ${s}x${w} $*" >&2
+  echo "LOAD $(cut -d' ' -f1 /proc/loadavg)" >>"$results"
   DMLC_NODE_HOST=127.0.0.1 $how scripts/local.sh "$s" "$w" "$p" "$@" | tee -a "$results" | { grep -v '^RESULT' || true; } >&2
 }
-# both runs ours, then C++ ps-lite's (when built), with the same arguments.
+# both runs ours and C++ ps-lite's (when built) with the same arguments,
+# ours first in odd rounds and second in even ones.
 both() { # servers workers args...
+  # (-label="": its default is "C++ ps-lite"; local.sh would split a label with a space)
+  if [ -n "$cpp" ] && ((round % 2 == 0)); then run "$cpp" "$@"; fi
   run build/psbench "$@" -label=""
-  # (its default label is "C++ ps-lite"; local.sh would split a label with a space)
-  if [ -n "$cpp" ]; then run "$cpp" "$@"; fi
+  if [ -n "$cpp" ] && ((round % 2 == 1)); then run "$cpp" "$@"; fi
 }
 for ((round = 1; round <= rounds; round++)); do
   for layout in "1 1" "2 2"; do
@@ -139,9 +144,15 @@ kv_mixed() { # cpp-binary
 if [ -n "$cpp" ]; then
   echo "== test_kv_app_benchmark: C++ ps-lite ($cpp_kvbench), ours, and a C++ worker with our servers" >&2
   for ((round = 1; round <= rounds; round++)); do
-    kv_benchmark "C++ ps-lite" "$cpp_kvbench"
-    kv_benchmark "ours" build/test_kv_app_benchmark
-    kv_mixed "$cpp_kvbench"
+    if ((round % 2 == 1)); then
+      kv_benchmark "C++ ps-lite" "$cpp_kvbench"
+      kv_benchmark "ours" build/test_kv_app_benchmark
+      kv_mixed "$cpp_kvbench"
+    else
+      kv_mixed "$cpp_kvbench"
+      kv_benchmark "ours" build/test_kv_app_benchmark
+      kv_benchmark "C++ ps-lite" "$cpp_kvbench"
+    fi
   done
 fi
 mkdir -p "$(dirname "$out")"

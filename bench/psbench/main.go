@@ -1,6 +1,7 @@
 // Command psbench measures push/pull throughput, latency, small-request
-// rate and memory growth of a running job, next to the raw ZeroMQ transport
-// it rides on, so every figure can be read as a ratio.
+// rate and memory growth of a running job, next to two baselines moving
+// the same bytes between the same processes, so every figure can be read as
+// a ratio: raw ZeroMQ sockets, and plain TCP, the limit.
 //
 //	scripts/local.sh 1 1 build/psbench -mode=all -n=10000000
 //	build/psbench report < results.txt > docs/PERFORMANCE.md
@@ -9,9 +10,10 @@
 // "RESULT " and a human-readable table at the end. Servers store nothing:
 // a push is answered empty, a pull with zeros of the right length.
 //
-// Every measurement alternates with its raw counterpart in the same run:
-// the same bytes between the same processes over bare pebbe/zmq4 sockets
-// (see raw.go), so that a drift in the machine's speed hits both.
+// Every measurement alternates with its baselines in the same run, so that
+// a drift in the machine's speed hits them all: the same bytes between the
+// same processes over bare pebbe/zmq4 sockets (see raw.go) and over plain
+// TCP connections with warm buffers (tcp.go).
 package main
 
 import (
@@ -47,7 +49,7 @@ var (
 	label    = flag.String("label", "", "free text added to every result (e.g. the layout)")
 	bulkOps  = flag.String("ops", "push,pull,pushpull", "bulk operations to measure, in this order")
 	lendReqs = flag.Bool("lend", true, "servers take lent requests (KVServer.LendRequests; the handle keeps nothing of a request)")
-	withRaw  = flag.Bool("raw", true, "measure the raw ZeroMQ counterparts too (false: ours only, for profiling)")
+	withRaw  = flag.Bool("raw", true, "measure the baselines too, raw ZeroMQ and plain TCP (false: ours only, for profiling)")
 )
 
 // Result is one measurement.
@@ -61,15 +63,21 @@ type Result struct {
 	Value   float64 `json:"value"`
 	Unit    string  `json:"unit"`
 	Extra   string  `json:"extra,omitempty"`
-	// Raw is the same measurement over bare ZeroMQ, and Ratio Value/Raw.
+	// Raw is the same measurement over bare ZeroMQ, and Ratio ours' cost
+	// over it (Value/Raw, or Raw/Value for a rate).
 	Raw   float64 `json:"raw,omitempty"`
 	Ratio float64 `json:"ratio,omitempty"`
+	// TCP is the same measurement over plain TCP, the limit, and TCPRatio
+	// ours' cost over it.
+	TCP      float64 `json:"tcp,omitempty"`
+	TCPRatio float64 `json:"tcp_ratio,omitempty"`
 }
 
 // SimpleApp heads a server answers.
 const (
 	cmdRSS     = 1 // its RSS in bytes
 	cmdRawAddr = 2 // the endpoint of its raw server
+	cmdTCPAddr = 3 // the address of its TCP limit server
 )
 
 func main() {
@@ -103,6 +111,9 @@ func main() {
 		raw, err := startRawServer(node.Van().MyNode().Hostname)
 		prog.Check(err, "raw server")
 		ps.RegisterExitCallback(raw.Close)
+		tcp, err := startTCPServer(node.Van().MyNode().Hostname)
+		prog.Check(err, "tcp limit server")
+		ps.RegisterExitCallback(tcp.Close)
 		s, err := ps.NewKVServer[float32](0)
 		prog.Check(err, "server")
 		s.SetSimpleRequestHandle(func(d kv.SimpleData, app *kv.SimpleApp) {
@@ -112,6 +123,8 @@ func main() {
 				body = fmt.Sprint(settledRSS())
 			case cmdRawAddr:
 				body = raw.endpoint
+			case cmdTCPAddr:
+				body = tcp.addr
 			}
 			app.Response(d, body)
 		})
@@ -201,25 +214,22 @@ func runWorker(w *kv.KVWorker[float32]) {
 	var results []Result
 	add := func(r Result) {
 		r.Servers, r.Workers, r.Label = ps.NumServers(), ps.NumWorkers(), *label
-		if r.Raw > 0 {
-			r.Ratio = r.Value / r.Raw
-			if r.Unit == "req/s" { // a rate: the ratio is still ours' cost over raw's
-				r.Ratio = r.Raw / r.Value
-			}
-		}
+		r.Ratio, r.TCPRatio = cost(r.Value, r.Raw, r.Unit), cost(r.Value, r.TCP, r.Unit)
 		results = append(results, r)
 		if rank == 0 {
 			b, _ := json.Marshal(r)
 			fmt.Printf("RESULT %s\n", b)
 		}
 	}
-	var raw *rawClient
-	if want("bulk") || want("latency") || want("window") {
-		eps := askServers(w.SimpleApp, cmdRawAddr)
-		var err error
-		raw, err = newRawClient(eps)
+	var raw baselines
+	if *withRaw && (want("bulk") || want("latency") || want("window")) {
+		zc, err := newRawClient(askServers(w.SimpleApp, cmdRawAddr))
 		prog.Check(err, "raw client")
-		defer raw.Close()
+		defer zc.Close()
+		tc, err := newTCPClient(askServers(w.SimpleApp, cmdTCPAddr))
+		prog.Check(err, "tcp limit client")
+		defer tc.Close()
+		raw = baselines{zmq: zc, tcp: tc}
 	}
 	if want("bulk") {
 		bulk(w, rank, raw, add)
@@ -275,6 +285,18 @@ func split(keys []uint64, vals []float32) []kv.KVPairs[float32] {
 	prog.Check(err, "slice")
 	return parts
 }
+
+// baseline moves a measurement's bytes between the same processes without
+// our layers: raw ZeroMQ sockets (rawClient) or plain TCP (tcpClient).
+type baseline interface {
+	roundTrip(reqs []*rawReq) (time.Duration, error)
+	windowRate(s int, r *rawReq, n, w int) (float64, error)
+}
+
+// baselines are a worker's two baselines; both nil with -raw=false.
+type baselines struct{ zmq, tcp baseline }
+
+func (b baselines) on() bool { return b.zmq != nil }
 
 // metaBytes stands in for the meta frame of a response in raw replies.
 const metaBytes = 32
@@ -334,7 +356,7 @@ func timed(what string, w *kv.KVWorker[float32], do func() (int, error)) time.Du
 	return time.Since(start)
 }
 
-func bulk(w *kv.KVWorker[float32], rank int, raw *rawClient, add func(Result)) {
+func bulk(w *kv.KVWorker[float32], rank int, raw baselines, add func(Result)) {
 	keys, vals := keysFor(*numKeys, rank)
 	parts := split(keys, vals)
 	bytes := int64(len(keys)*8 + len(vals)*4)
@@ -356,14 +378,13 @@ func bulk(w *kv.KVWorker[float32], rank int, raw *rawClient, add func(Result)) {
 		}
 		op := ops[i]
 		reqs := rawRequests(parts, op.push, op.pull)
-		var d, r []time.Duration
-		runRaw := func() {
-			if !*withRaw {
-				return
+		var d, rz, rt []time.Duration
+		base := func(b baseline, into *[]time.Duration, what string) func() {
+			return func() {
+				t, err := b.roundTrip(reqs)
+				prog.Check(err, what+" "+op.name)
+				*into = append(*into, t)
 			}
-			t, err := raw.roundTrip(reqs)
-			prog.Check(err, "raw "+op.name)
-			r = append(r, t)
 		}
 		var calls []time.Duration // until the call returned, before the wait
 		runOurs := func() {
@@ -375,36 +396,38 @@ func bulk(w *kv.KVWorker[float32], rank int, raw *rawClient, add func(Result)) {
 			prog.Check(w.Wait(ts), op.name)
 			d = append(d, time.Since(start))
 		}
+		runs := []func(){runOurs}
+		if raw.on() {
+			runs = append(runs, base(raw.zmq, &rz, "raw"), base(raw.tcp, &rt, "tcp limit"))
+		}
 		// One unmeasured round of each first: the first transfer of a size
 		// grows the heaps and faults their pages in.
-		workersMeet()
-		runRaw()
-		workersMeet()
-		runOurs()
-		r, d, calls = r[:0], d[:0], calls[:0]
+		for _, run := range runs {
+			workersMeet()
+			run()
+		}
+		rz, rt, d, calls = rz[:0], rt[:0], d[:0], calls[:0]
 		for i := 0; i < *repeat; i++ {
-			// Alternate which goes first, so that neither always inherits
-			// the other's garbage (or warm pages).
-			first, second := runRaw, runOurs
-			if i%2 == 1 {
-				first, second = runOurs, runRaw
+			// Rotate which goes first, so that none always inherits
+			// another's garbage (or warm pages).
+			for j := range runs {
+				workersMeet()
+				runs[(i+j)%len(runs)]()
 			}
-			workersMeet()
-			first()
-			workersMeet()
-			second()
 		}
 		add(Result{Name: "bulk_" + op.name, Keys: *numKeys, Bytes: bytes, Value: ms(median(d)), Unit: "ms",
-			Raw: ms(median(r)), Extra: fmt.Sprintf("%.2f GB/s of keys and values; the call returns after %.2f ms",
+			Raw: ms(median(rz)), TCP: ms(median(rt)), Extra: fmt.Sprintf("%.2f GB/s of keys and values; the call returns after %.2f ms",
 				float64(bytes)/median(d).Seconds()/1e9, ms(median(calls)))})
 	}
 }
 
-// latency alternates blocks of raw 16-byte ping-pongs, 1-key pushes each
-// followed by a 1-key pull, and 1-key push-pulls, all with the server that
-// holds the worker's key; the workers start each block of raw pings, and
-// the blocks after it, together.
-func latency(w *kv.KVWorker[float32], rank int, raw *rawClient, add func(Result)) {
+// latency alternates blocks of baseline ping-pongs (8-byte requests,
+// 16-byte answers), 1-key pushes each followed by a 1-key pull, and 1-key
+// push-pulls, all with the server that holds the worker's key; the workers
+// start each block of pings, and the blocks after it, together. A push then
+// a pull is two round trips, so its baseline is two pings in a row; a
+// push-pull's is one.
+func latency(w *kv.KVWorker[float32], rank int, raw baselines, add func(Result)) {
 	keys := []uint64{uint64(rank)}
 	vals := []float32{1}
 	var out []float32
@@ -415,18 +438,24 @@ func latency(w *kv.KVWorker[float32], rank int, raw *rawClient, add func(Result)
 		}
 	}
 	const block = 100
-	var r, pp, ppl []time.Duration
+	var pp, ppl []time.Duration
+	var one, two [2][]time.Duration // by baseline: one ping, two in a row
 	for len(pp) < *iters {
-		if *withRaw {
-			// Every worker pings raw at the same time, then measures ours
-			// at the same time: in a job of several workers, ours
-			// otherwise competes with the others' raw pings, which C++
-			// ps-lite's runs (bench/cpp, without them) do not.
-			workersMeet()
-			for i := 0; i < block; i++ {
-				t, err := raw.roundTrip(ping)
-				prog.Check(err, "raw ping")
-				r = append(r, t)
+		if raw.on() {
+			// Every worker pings at the same time, then measures ours at
+			// the same time: in a job of several workers, ours otherwise
+			// competes with the others' pings, which C++ ps-lite's runs
+			// (bench/cpp, without them) do not.
+			for b, base := range []baseline{raw.zmq, raw.tcp} {
+				workersMeet()
+				for i := 0; i < block; i++ {
+					t1, err := base.roundTrip(ping)
+					prog.Check(err, "ping")
+					t2, err := base.roundTrip(ping)
+					prog.Check(err, "ping")
+					one[b] = append(one[b], t1, t2)
+					two[b] = append(two[b], t1+t2)
+				}
 			}
 			workersMeet()
 		}
@@ -442,19 +471,22 @@ func latency(w *kv.KVWorker[float32], rank int, raw *rawClient, add func(Result)
 			ppl = append(ppl, timed("pushpull", w, func() (int, error) { return w.ZPushPull(keys, vals, &out, nil) }))
 		}
 	}
-	raw50, raw99 := us(median(r)), us(percentile(r, 0.99))
-	add(Result{Name: "latency_push_pull_p50", Value: us(median(pp)), Unit: "us", Raw: raw50,
-		Extra: "1-key push, wait, 1-key pull, wait; raw: one 16-byte ping-pong"})
-	add(Result{Name: "latency_push_pull_p99", Value: us(percentile(pp, 0.99)), Unit: "us", Raw: raw99})
-	add(Result{Name: "latency_pushpull_p50", Value: us(median(ppl)), Unit: "us", Raw: raw50,
-		Extra: "1-key push-pull round trip"})
-	add(Result{Name: "latency_pushpull_p99", Value: us(percentile(ppl, 0.99)), Unit: "us", Raw: raw99})
+	add(Result{Name: "latency_push_pull_p50", Value: us(median(pp)), Unit: "us",
+		Raw: us(median(two[0])), TCP: us(median(two[1])),
+		Extra: "1-key push, wait, 1-key pull, wait; baselines: two ping-pongs of 8-byte requests and 16-byte answers"})
+	add(Result{Name: "latency_push_pull_p99", Value: us(percentile(pp, 0.99)), Unit: "us",
+		Raw: us(percentile(two[0], 0.99)), TCP: us(percentile(two[1], 0.99))})
+	add(Result{Name: "latency_pushpull_p50", Value: us(median(ppl)), Unit: "us",
+		Raw: us(median(one[0])), TCP: us(median(one[1])),
+		Extra: "1-key push-pull round trip; baselines: one ping-pong"})
+	add(Result{Name: "latency_pushpull_p99", Value: us(percentile(ppl, 0.99)), Unit: "us",
+		Raw: us(percentile(one[0], 0.99)), TCP: us(percentile(one[1], 0.99))})
 }
 
 // windowed measures 1-key pushes with at most *window outstanding, and
 // synchronous ones (a window of 1, a tenth as many), each after the same
-// number of raw 16-byte requests with the same window.
-func windowed(w *kv.KVWorker[float32], rank int, raw *rawClient, add func(Result)) {
+// number of baseline requests with the same window.
+func windowed(w *kv.KVWorker[float32], rank int, raw baselines, add func(Result)) {
 	keys := []uint64{uint64(rank)}
 	vals := []float32{1}
 	server := 0
@@ -464,12 +496,15 @@ func windowed(w *kv.KVWorker[float32], rank int, raw *rawClient, add func(Result
 		}
 	}
 	rate := func(name string, n, window int) {
-		workersMeet()
-		rawRate := 0.0
-		if *withRaw {
-			var err error
-			rawRate, err = raw.windowRate(server, &rawReq{send: [][]byte{make([]byte, 8)}, reply: []int{metaBytes}}, n, window)
-			prog.Check(err, "raw window")
+		var rates [2]float64 // raw ZeroMQ's and plain TCP's
+		if raw.on() {
+			req := &rawReq{send: [][]byte{make([]byte, 8)}, reply: []int{metaBytes}}
+			for b, base := range []baseline{raw.zmq, raw.tcp} {
+				workersMeet()
+				var err error
+				rates[b], err = base.windowRate(server, req, n, window)
+				prog.Check(err, "baseline window")
+			}
 		}
 		workersMeet()
 		start := time.Now()
@@ -487,7 +522,7 @@ func windowed(w *kv.KVWorker[float32], rank int, raw *rawClient, add func(Result
 			prog.Check(w.Wait(ts), "push")
 		}
 		add(Result{Name: name, Value: float64(n) / time.Since(start).Seconds(), Unit: "req/s",
-			Raw: rawRate, Extra: fmt.Sprintf("%d 1-key pushes per worker, %d outstanding; raw: 16-byte requests, meta-sized replies", n, window)})
+			Raw: rates[0], TCP: rates[1], Extra: fmt.Sprintf("%d 1-key pushes per worker, %d outstanding; baselines: 8-byte requests, meta-sized replies", n, window)})
 	}
 	rate(fmt.Sprintf("window%d_push_rate", *window), *requests, *window)
 	sync := *syncReqs
@@ -581,13 +616,25 @@ func rss() int64 {
 
 func printTable(rs []Result) {
 	fmt.Println()
-	fmt.Printf("%-26s %14s %-6s %12s %8s  %s\n", "measurement", "value", "unit", "raw zmq", "ratio", "notes")
+	fmt.Printf("%-26s %14s %-6s %12s %8s %12s %8s  %s\n", "measurement", "value", "unit", "raw zmq", "cost", "tcp limit", "cost", "notes")
 	for _, r := range rs {
-		rawS, ratioS := "", ""
-		if r.Raw > 0 {
-			rawS = fmt.Sprintf("%.2f", r.Raw)
-			ratioS = fmt.Sprintf("%.2fx", r.Ratio)
-		}
-		fmt.Printf("%-26s %14.2f %-6s %12s %8s  %s\n", r.Name, r.Value, r.Unit, rawS, ratioS, r.Extra)
+		fmt.Printf("%-26s %14.2f %-6s %12s %8s %12s %8s  %s\n", r.Name, r.Value, r.Unit,
+			figure(r.Raw), ratio(r.Ratio), figure(r.TCP), ratio(r.TCPRatio), r.Extra)
 	}
+}
+
+// figure writes v, or nothing when it was not measured.
+func figure(v float64) string {
+	if v <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// ratio writes a cost, or nothing when it was not measured.
+func ratio(v float64) string {
+	if v <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.2fx", v)
 }

@@ -1,97 +1,215 @@
 package main
 
+/*
+#cgo !windows pkg-config: libzmq
+#include <zmq.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+// rz_keep is the free function of frames sent without a copy from buffers
+// that stay allocated: nothing to do.
+static void rz_keep(void *data, void *hint) { (void)data; (void)hint; }
+
+// rz_recv receives one message from s. The first keep frames are copied
+// into head (cap bytes in all, back to back) with their sizes in lens; the
+// others are released unread. It returns the number of frames, or -1 with
+// errno set.
+static int rz_recv(void *s, char *head, size_t cap, size_t *lens, int keep) {
+	int n = 0, more = 1;
+	size_t used = 0;
+	while (more) {
+		zmq_msg_t m;
+		zmq_msg_init(&m);
+		if (zmq_msg_recv(&m, s, 0) < 0) {
+			int e = errno;
+			zmq_msg_close(&m);
+			errno = e;
+			return -1;
+		}
+		if (n < keep) {
+			size_t l = zmq_msg_size(&m);
+			if (l > cap - used) l = cap - used;
+			memcpy(head + used, zmq_msg_data(&m), l);
+			lens[n] = l;
+			used += l;
+		}
+		more = zmq_msg_more(&m);
+		zmq_msg_close(&m);
+		n++;
+	}
+	return n;
+}
+
+// rz_send sends one message on s: nhead frames copied from head (sizes in
+// lens, back to back), then n frames of the given sizes from buf without a
+// copy (buf must stay allocated). It returns 0, or -1 with errno set.
+static int rz_send(void *s, const char *head, const size_t *lens, int nhead, char *buf, const size_t *sizes, int n) {
+	size_t off = 0;
+	for (int i = 0; i < nhead; i++) {
+		if (zmq_send(s, head + off, lens[i], i + 1 < nhead + n ? ZMQ_SNDMORE : 0) < 0) return -1;
+		off += lens[i];
+	}
+	for (int i = 0; i < n; i++) {
+		zmq_msg_t m;
+		if (zmq_msg_init_data(&m, buf, sizes[i], rz_keep, NULL) != 0) return -1;
+		if (zmq_msg_send(&m, s, i + 1 < n ? ZMQ_SNDMORE : 0) < 0) {
+			int e = errno;
+			zmq_msg_close(&m);
+			errno = e;
+			return -1;
+		}
+	}
+	return 0;
+}
+
+// rz_socket makes a socket of type t with no linger and, when rcvtimeo is
+// not negative, a receive timeout in milliseconds.
+static void *rz_socket(void *ctx, int t, int rcvtimeo) {
+	void *s = zmq_socket(ctx, t);
+	if (s == NULL) return NULL;
+	int zero = 0;
+	zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+	if (rcvtimeo >= 0) zmq_setsockopt(s, ZMQ_RCVTIMEO, &rcvtimeo, sizeof rcvtimeo);
+	return s;
+}
+
+// rz_endpoint writes the endpoint s last bound to into out (cap bytes).
+static int rz_endpoint(void *s, char *out, size_t cap) {
+	return zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, out, &cap);
+}
+*/
+import "C"
+
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"syscall"
 	"time"
-
-	zmq "github.com/pebbe/zmq4"
+	"unsafe"
 )
 
 // The raw baseline moves the same bytes between the same processes as the
-// job does, over bare pebbe/zmq4 sockets: each server runs a rawServer (a
-// ROUTER in its own ZeroMQ context, as a node has) and each worker a
-// rawClient with one DEALER per server. A request is a header frame listing
-// the sizes of the reply frames, followed by the payload frames; the server
-// answers with frames of those sizes. So a raw "pull" sends the keys and gets
-// keys and values back, exactly the bytes of a ps-lite pull, without the
-// meta encoding, customers, tracker and slicing on either side.
+// job does, over bare libzmq sockets used the way a careful C program would:
+// each server runs a rawServer (a ROUTER in its own ZeroMQ context, as a
+// node has) and each worker a rawClient with one DEALER per server. A
+// request is a header frame listing the sizes of the reply frames, followed
+// by the payload frames; the server answers with frames of those sizes. So
+// a raw "pull" sends the keys and gets keys and values back, exactly the
+// bytes of a ps-lite pull, without the meta encoding, customers, tracker
+// and slicing on either side.
+//
+// Payload frames are sent without a copy from buffers allocated in C and
+// kept warm (their contents are not the job's keys and values, only as many
+// bytes), and received frames are released without being copied out of
+// libzmq: what remains is libzmq's own cost.
+
+// cBuf is memory in C from which frames are sent without a copy. It only
+// grows, to at least twice its size; a buffer it outgrew is not freed, as
+// libzmq may still be sending from it (the waste is less than the largest
+// size asked for).
+type cBuf struct {
+	p unsafe.Pointer
+	n int
+}
+
+// get returns the buffer with room for n bytes, or nil when C has no
+// memory for it.
+func (b *cBuf) get(n int) *C.char {
+	if n > b.n {
+		p := C.calloc(C.size_t(max(n, 2*b.n)), 1)
+		if p == nil {
+			return nil
+		}
+		b.p, b.n = p, max(n, 2*b.n)
+	}
+	return (*C.char)(b.p)
+}
+
+// zerr returns libzmq's error for a call that failed.
+func zerr(what string) error {
+	e := C.zmq_errno()
+	return fmt.Errorf("raw: %s: %s", what, C.GoString(C.zmq_strerror(e)))
+}
 
 // rawServer answers raw requests until closed.
 type rawServer struct {
-	ctx      *zmq.Context
-	router   *zmq.Socket
-	endpoint string
-	stop     chan struct{}
-	done     chan struct{}
+	ctx, sock unsafe.Pointer
+	endpoint  string
+	stop      chan struct{}
+	done      chan struct{}
 }
 
 // startRawServer binds a ROUTER on host (any free port) and answers on a
 // goroutine of its own, which owns the socket.
 func startRawServer(host string) (*rawServer, error) {
-	ctx, err := zmq.NewContext()
-	if err != nil {
+	ctx := C.zmq_ctx_new()
+	if ctx == nil {
+		return nil, zerr("context")
+	}
+	sock := C.rz_socket(ctx, C.ZMQ_ROUTER, 100)
+	if sock == nil {
+		C.zmq_ctx_term(ctx)
+		return nil, zerr("socket")
+	}
+	fail := func(what string) (*rawServer, error) {
+		err := zerr(what)
+		C.zmq_close(sock)
+		C.zmq_ctx_term(ctx)
 		return nil, err
 	}
-	router, err := ctx.NewSocket(zmq.ROUTER)
-	if err != nil {
-		ctx.Term()
-		return nil, err
+	ep := C.CString(fmt.Sprintf("tcp://%s:*", host))
+	defer C.free(unsafe.Pointer(ep))
+	if C.zmq_bind(sock, ep) != 0 {
+		return fail("bind")
 	}
-	router.SetLinger(0)
-	router.SetRcvtimeo(100 * time.Millisecond)
-	if err := router.Bind(fmt.Sprintf("tcp://%s:*", host)); err != nil {
-		router.Close()
-		ctx.Term()
-		return nil, fmt.Errorf("raw: bind: %w", err)
+	var buf [256]byte
+	if C.rz_endpoint(sock, (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf))) != 0 {
+		return fail("endpoint")
 	}
-	ep, err := router.GetLastEndpoint()
-	if err != nil {
-		router.Close()
-		ctx.Term()
-		return nil, err
-	}
-	s := &rawServer{ctx: ctx, router: router, endpoint: ep, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &rawServer{ctx: ctx, sock: sock, endpoint: C.GoString((*C.char)(unsafe.Pointer(&buf[0]))),
+		stop: make(chan struct{}), done: make(chan struct{})}
 	go s.serve()
 	return s, nil
 }
 
 func (s *rawServer) serve() {
 	defer close(s.done)
-	var buf []byte // reply payloads: the bytes are copied into ZeroMQ on send
+	var (
+		head  [1024]byte // the identity frame, then the header frame
+		lens  [2]C.size_t
+		sizes []C.size_t
+		out   cBuf // the answers' bytes
+	)
 	for {
 		select {
 		case <-s.stop:
 			return
 		default:
 		}
-		frames, err := s.router.RecvMessageBytes(0)
-		if err != nil {
-			if errors.Is(err, zmq.Errno(syscall.EAGAIN)) {
+		n, err := C.rz_recv(s.sock, (*C.char)(unsafe.Pointer(&head[0])), C.size_t(len(head)), &lens[0], 2)
+		if n < 0 {
+			if err == syscall.EAGAIN || err == syscall.EINTR {
 				continue
 			}
 			return
 		}
-		if len(frames) < 2 || len(frames[1])%8 != 0 {
+		if n < 2 || lens[1]%8 != 0 {
 			continue
 		}
-		hdr := frames[1]
-		reply := make([]int, len(hdr)/8)
-		for i := range reply {
-			reply[i] = int(binary.LittleEndian.Uint64(hdr[8*i:]))
-			if reply[i] > len(buf) {
-				buf = make([]byte, reply[i])
-			}
+		hdr := head[lens[0] : lens[0]+lens[1]]
+		sizes = sizes[:0]
+		most := 0
+		for i := 0; i+8 <= len(hdr); i += 8 {
+			n := int(binary.LittleEndian.Uint64(hdr[i:]))
+			sizes = append(sizes, C.size_t(n))
+			most = max(most, n)
 		}
-		s.router.SendBytes(frames[0], zmq.SNDMORE)
-		for i, n := range reply {
-			flag := zmq.SNDMORE
-			if i == len(reply)-1 {
-				flag = 0
-			}
-			s.router.SendBytes(buf[:n], flag)
+		if len(sizes) == 0 || most > 1<<34 {
+			continue
+		}
+		if buf := out.get(most); buf != nil {
+			C.rz_send(s.sock, (*C.char)(unsafe.Pointer(&head[0])), &lens[0], 1, buf, &sizes[0], C.int(len(sizes)))
 		}
 	}
 }
@@ -100,35 +218,41 @@ func (s *rawServer) serve() {
 func (s *rawServer) Close() {
 	close(s.stop)
 	<-s.done
-	s.router.Close()
-	s.ctx.Term()
+	C.zmq_close(s.sock)
+	C.zmq_ctx_term(s.ctx)
 }
 
 // rawClient sends raw requests to every server. It belongs to one goroutine.
 type rawClient struct {
-	ctx     *zmq.Context
-	dealers []*zmq.Socket // by server rank
+	ctx     unsafe.Pointer
+	dealers []unsafe.Pointer // by server rank
 	hdr     []byte
+	sizes   []C.size_t
+	payload cBuf
 }
 
 // newRawClient connects one DEALER per server endpoint (by server rank).
 func newRawClient(endpoints []string) (*rawClient, error) {
-	ctx, err := zmq.NewContext()
-	if err != nil {
-		return nil, err
+	ctx := C.zmq_ctx_new()
+	if ctx == nil {
+		return nil, zerr("context")
 	}
 	c := &rawClient{ctx: ctx}
 	for _, ep := range endpoints {
-		d, err := ctx.NewSocket(zmq.DEALER)
-		if err != nil {
+		d := C.rz_socket(ctx, C.ZMQ_DEALER, -1)
+		if d == nil {
+			err := zerr("socket")
 			c.Close()
 			return nil, err
 		}
-		d.SetLinger(0)
 		c.dealers = append(c.dealers, d)
-		if err := d.Connect(ep); err != nil {
+		cep := C.CString(ep)
+		rc := C.zmq_connect(d, cep)
+		C.free(unsafe.Pointer(cep))
+		if rc != 0 {
+			err := zerr("connect " + ep)
 			c.Close()
-			return nil, fmt.Errorf("raw: connect %s: %w", ep, err)
+			return nil, err
 		}
 	}
 	return c, nil
@@ -157,34 +281,44 @@ func (c *rawClient) roundTrip(reqs []*rawReq) (time.Duration, error) {
 		if r == nil {
 			continue
 		}
-		if _, err := c.dealers[s].RecvMessageBytes(0); err != nil {
-			return 0, fmt.Errorf("raw: receive from server %d: %w", s, err)
+		if err := c.recv(s); err != nil {
+			return 0, err
 		}
 	}
 	return time.Since(start), nil
 }
 
+// send sends server s the header frame and as many payload bytes as r's
+// frames hold.
 func (c *rawClient) send(s int, r *rawReq) error {
 	c.hdr = c.hdr[:0]
 	for _, n := range r.reply {
 		c.hdr = binary.LittleEndian.AppendUint64(c.hdr, uint64(n))
 	}
-	d := c.dealers[s]
-	flag := zmq.SNDMORE
-	if len(r.send) == 0 {
-		flag = 0
+	// sizes: the header's, then the payload frames' (and room for one
+	// more, so that &c.sizes[1] exists without payload frames).
+	c.sizes = append(c.sizes[:0], C.size_t(len(c.hdr)))
+	most := 0
+	for _, f := range r.send {
+		c.sizes = append(c.sizes, C.size_t(len(f)))
+		most = max(most, len(f))
 	}
-	if _, err := d.SendBytes(c.hdr, flag); err != nil {
-		return fmt.Errorf("raw: send to server %d: %w", s, err)
+	c.sizes = append(c.sizes, 0)
+	buf := c.payload.get(max(most, 1))
+	if buf == nil {
+		return fmt.Errorf("raw: no memory for %d bytes", most)
 	}
-	for i, f := range r.send {
-		flag := zmq.SNDMORE
-		if i == len(r.send)-1 {
-			flag = 0
-		}
-		if _, err := d.SendBytes(f, flag); err != nil {
-			return fmt.Errorf("raw: send to server %d: %w", s, err)
-		}
+	if C.rz_send(c.dealers[s], (*C.char)(unsafe.Pointer(unsafe.SliceData(c.hdr))), &c.sizes[0], 1,
+		buf, &c.sizes[1], C.int(len(r.send))) != 0 {
+		return zerr(fmt.Sprintf("send to server %d", s))
+	}
+	return nil
+}
+
+// recv receives server s's answer and releases it.
+func (c *rawClient) recv(s int) error {
+	if C.rz_recv(c.dealers[s], nil, 0, nil, 0) < 0 {
+		return zerr(fmt.Sprintf("receive from server %d", s))
 	}
 	return nil
 }
@@ -193,11 +327,10 @@ func (c *rawClient) send(s int, r *rawReq) error {
 // returns the requests per second.
 func (c *rawClient) windowRate(s int, r *rawReq, n, w int) (float64, error) {
 	start := time.Now()
-	d := c.dealers[s]
 	out := 0
 	for sent := 0; sent < n; sent++ {
 		if out == w {
-			if _, err := d.RecvMessageBytes(0); err != nil {
+			if err := c.recv(s); err != nil {
 				return 0, err
 			}
 			out--
@@ -208,7 +341,7 @@ func (c *rawClient) windowRate(s int, r *rawReq, n, w int) (float64, error) {
 		out++
 	}
 	for ; out > 0; out-- {
-		if _, err := d.RecvMessageBytes(0); err != nil {
+		if err := c.recv(s); err != nil {
 			return 0, err
 		}
 	}
@@ -218,7 +351,7 @@ func (c *rawClient) windowRate(s int, r *rawReq, n, w int) (float64, error) {
 // Close releases the sockets and the context.
 func (c *rawClient) Close() {
 	for _, d := range c.dealers {
-		d.Close()
+		C.zmq_close(d)
 	}
-	c.ctx.Term()
+	C.zmq_ctx_term(c.ctx)
 }
