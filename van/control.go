@@ -53,7 +53,18 @@ func (v *Van) applyLocked(outs []control.Output) []control.Event {
 	return events
 }
 
+// dial is how a node was connected to: its address and the identity this
+// node presented.
+type dial struct {
+	node     message.Node
+	identity string
+}
+
 func (v *Van) connectLocked(n message.Node, identity string) {
+	if v.dialed == nil {
+		v.dialed = make(map[int]dial)
+	}
+	v.dialed[int(n.ID)] = dial{n, identity}
 	v.downMu.Lock()
 	delete(v.down, int(n.ID)) // a new connection, e.g. to a replacement
 	v.ndown.Store(int32(len(v.down)))
@@ -63,6 +74,18 @@ func (v *Van) connectLocked(n message.Node, identity string) {
 	}
 }
 
+// redial connects to node id again, as it was connected to last (see
+// resendDriver.check); it reports whether it knew how.
+func (v *Van) redial(id int) bool {
+	v.ctlMu.Lock()
+	defer v.ctlMu.Unlock()
+	d, ok := v.dialed[id]
+	if ok {
+		v.connectLocked(d.node, d.identity)
+	}
+	return ok
+}
+
 // noteLocked updates the van's own state for an event and reports whether
 // the handler must hear of it.
 func (v *Van) noteLocked(e control.Event) bool {
@@ -70,6 +93,9 @@ func (v *Van) noteLocked(e control.Event) bool {
 	case control.EventReady:
 		me := e.Node
 		v.myNode.Store(&me)
+		if me.IsRecovery {
+			v.recoveredUntil.Store(v.clock.Now().Add(HandoverWindow).UnixNano())
+		}
 		if v.cfg.SetRankEnv && me.Role != message.RoleScheduler {
 			os.Setenv("DMLC_RANK", strconv.Itoa(message.IDToRank(int(me.ID))))
 		}

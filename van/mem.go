@@ -239,6 +239,31 @@ func cmpString(a, b string) int {
 	return 0
 }
 
+// Refuse makes the node at from lose, from now on, all it sends to node id
+// over its current connection, without telling it; a new connection
+// (Connect again) is heard. So a peer's libzmq treats a connection whose
+// identity it refused (ZMQ_ROUTER_HANDOVER off while another connection
+// holds it): a refused connection stays refused.
+func (n *MemNetwork) Refuse(from string, id int) {
+	n.mu.Lock()
+	var t *memTransport
+	if ep := n.endpoints[from]; ep != nil {
+		t = ep.owner
+	}
+	n.mu.Unlock()
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p, ok := t.peers[id]; ok {
+		if t.refused == nil {
+			t.refused = make(map[int]int)
+		}
+		t.refused[id] = p.gen
+	}
+}
+
 // Pause stops the node at addr, as SIGSTOP would: it receives nothing
 // (messages to it wait) and what it sends is held until Resume.
 func (n *MemNetwork) Pause(addr string) {
@@ -421,7 +446,10 @@ type memTransport struct {
 	ident []byte
 	// held holds what is sent to the peers held by Hold (see Batcher), in
 	// order, until Flush.
-	held      map[int][]batchedMsg
+	held map[int][]batchedMsg
+	// refused is, per peer id, the connection (memPeer.gen) whose
+	// messages are lost (see MemNetwork.Refuse).
+	refused   map[int]int
 	closed    bool
 	killed    bool
 	handler   func(id int, up bool)
@@ -750,12 +778,20 @@ func (t *memTransport) send(ctx context.Context, id int, frames [][]byte, wait b
 	t.mu.Lock()
 	p, ok := t.peers[id]
 	closed := t.closed || t.killed
+	refused := ok && t.refused != nil && t.refused[id] == p.gen
 	t.mu.Unlock()
 	if closed {
 		return 0, ErrClosed
 	}
 	if !ok {
 		return 0, fmt.Errorf("%w %d", ErrNoPeer, id)
+	}
+	if refused { // lost, and the sender cannot tell
+		total := 0
+		for _, f := range frames {
+			total += len(f)
+		}
+		return total, nil
 	}
 	cp := make([][]byte, len(frames))
 	total := 0

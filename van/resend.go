@@ -15,9 +15,15 @@ type resendDriver struct {
 	r        *control.Resender
 	stopTick func()
 
-	mu    sync.Mutex         // guards again
-	again []*message.Message // ACKs to send once more at the next tick
+	mu       sync.Mutex         // guards again and redialed
+	again    []*message.Message // ACKs to send once more at the next tick
+	redialed map[int32]bool     // peers connected to again (see check)
 }
+
+// redialAfter is the resend of a message after which a node that replaced
+// a dead one connects again to the peer that has acknowledged nothing of
+// it (see check).
+const redialAfter = 2
 
 // ackAgain sends ack once more at the resender's next tick. C++ ps-lite
 // records a message for resending only after it has sent it, so an ACK
@@ -70,6 +76,9 @@ func (d *resendDriver) check() {
 		n := d.r.Resent(p, now)
 		d.v.metrics.Resent()
 		d.v.log.Info().Str("msg", p.Msg.String()).Int("retry", n).Msg("no ACK in time; resent")
+		if n == redialAfter {
+			d.redial(p.Msg.Meta.Recver, now)
+		}
 	}
 	for _, m := range failed {
 		err := d.r.FailError(m)
@@ -77,6 +86,30 @@ func (d *resendDriver) check() {
 		d.v.handler.HandleSendFailure(m, err)
 		m.Release()
 	}
+}
+
+// redial connects again, once, to a peer that acknowledged nothing of a
+// message sent twice, at a node that replaced a dead one, while its peers
+// let its connections take over its predecessor's identity. A peer's
+// libzmq refuses the identity of a connection that arrives before the
+// peer has heard of the replacement (its predecessor, frozen, still holds
+// the identity), and a refused connection stays refused: all the
+// replacement sends on it is lost. A new connection arrives after.
+func (d *resendDriver) redial(id int32, now time.Time) {
+	if until := d.v.recoveredUntil.Load(); until == 0 || now.UnixNano() >= until {
+		return
+	}
+	d.mu.Lock()
+	done := d.redialed[id]
+	if d.redialed == nil {
+		d.redialed = make(map[int32]bool)
+	}
+	d.redialed[id] = true
+	d.mu.Unlock()
+	if done || !d.v.redial(int(id)) {
+		return
+	}
+	d.v.log.Warn().Str("node", message.DescribeID(int(id))).Msg("a replacement's messages to a peer went unacknowledged: connecting to it again")
 }
 
 // reawait sends node id, which replaced a dead node, every message its

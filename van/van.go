@@ -150,6 +150,14 @@ type Van struct {
 	// the handler is called.
 	ctlMu sync.Mutex
 	core  *control.Core
+	// dialed is, per node id, how this node last connected to it (guarded
+	// by ctlMu), so that it can connect again (see resendDriver.redial).
+	dialed map[int]dial
+	// recoveredUntil (Unix ns on the van's clock) is, at a node that
+	// replaced a dead one, when its peers stop letting its connections
+	// take over its predecessor's identity (HandoverWindow after it
+	// joined); 0 elsewhere.
+	recoveredUntil atomic.Int64
 
 	myNode atomic.Pointer[message.Node]
 	view   atomic.Pointer[replica.View]

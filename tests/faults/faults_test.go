@@ -517,6 +517,40 @@ func TestWorkerReplaced(t *testing.T) {
 	}
 }
 
+// Row: a worker replaced while a server refuses the replacement's first
+// connection, as a server's libzmq does when the connection arrives before
+// the server has heard of the replacement (its frozen predecessor still
+// holds the identity): all the replacement sends on it is lost without a
+// trace. After a push resent twice without an ACK, the replacement
+// connects to that server again; the new connection is heard, and the
+// job completes with exact counts.
+func TestReplacementConnectsAgainToARefusingPeer(t *testing.T) {
+	e := newEnv(t, 2, 2, both(heartbeats(hbTimeout), resend))
+	e.startWorkers()
+	e.waitRounds(3)
+	victim := e.workers[1]
+	e.kill(victim.p)
+	e.workers = e.workers[:1]
+	repl := e.newNode(message.RoleWorker)
+	e.join(repl)
+	refusing := e.c.Servers[0]
+	e.net.Refuse(testcluster.Addr(repl), int(refusing.Van().MyNode().ID))
+	before := victim.rounds.Load()
+	r := e.startWorker(repl)
+	e.within(bound, "the replacement's rounds go on", func() bool { return r.rounds.Load() >= 3 })
+	errs := e.finish(e.c.Servers...)
+	for n, err := range errs {
+		if err != nil {
+			t.Errorf("%s: %v", n, err)
+		}
+	}
+	for rk, c := range r.counts {
+		if own := r.rounds.Load(); c < before+own || c > before+own+1 {
+			t.Errorf("replacement's key on server %d holds %d, want %d+%d", rk, c, before, own)
+		}
+	}
+}
+
 // Row: a server killed, no replacement: the workers' requests fail naming
 // the server (at once without resending, on the job's failure with it),
 // and every node fails within the bound.
