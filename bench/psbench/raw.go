@@ -14,14 +14,19 @@ static void rz_keep(void *data, void *hint) { (void)data; (void)hint; }
 // rz_recv receives one message from s. The first keep frames are copied
 // into head (cap bytes in all, back to back) with their sizes in lens; the
 // others are released unread. It returns the number of frames, or -1 with
-// errno set.
+// errno set. Calls a signal interrupts (EINTR: the Go runtime signals its
+// threads) are made again, here and in rz_send.
 static int rz_recv(void *s, char *head, size_t cap, size_t *lens, int keep) {
 	int n = 0, more = 1;
 	size_t used = 0;
 	while (more) {
 		zmq_msg_t m;
 		zmq_msg_init(&m);
-		if (zmq_msg_recv(&m, s, 0) < 0) {
+		int rc;
+		do {
+			rc = zmq_msg_recv(&m, s, 0);
+		} while (rc < 0 && errno == EINTR); // a signal to the Go runtime
+		if (rc < 0) {
 			int e = errno;
 			zmq_msg_close(&m);
 			errno = e;
@@ -47,13 +52,21 @@ static int rz_recv(void *s, char *head, size_t cap, size_t *lens, int keep) {
 static int rz_send(void *s, const char *head, const size_t *lens, int nhead, char *buf, const size_t *sizes, int n) {
 	size_t off = 0;
 	for (int i = 0; i < nhead; i++) {
-		if (zmq_send(s, head + off, lens[i], i + 1 < nhead + n ? ZMQ_SNDMORE : 0) < 0) return -1;
+		int rc;
+		do {
+			rc = zmq_send(s, head + off, lens[i], i + 1 < nhead + n ? ZMQ_SNDMORE : 0);
+		} while (rc < 0 && errno == EINTR);
+		if (rc < 0) return -1;
 		off += lens[i];
 	}
 	for (int i = 0; i < n; i++) {
 		zmq_msg_t m;
 		if (zmq_msg_init_data(&m, buf, sizes[i], rz_keep, NULL) != 0) return -1;
-		if (zmq_msg_send(&m, s, i + 1 < n ? ZMQ_SNDMORE : 0) < 0) {
+		int rc;
+		do {
+			rc = zmq_msg_send(&m, s, i + 1 < n ? ZMQ_SNDMORE : 0);
+		} while (rc < 0 && errno == EINTR);
+		if (rc < 0) {
 			int e = errno;
 			zmq_msg_close(&m);
 			errno = e;
