@@ -28,8 +28,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-docs/PERFORMANCE.md}
-results=$(mktemp)
-trap 'rm -f "$results"' EXIT
+# BENCH_RESULTS keeps the raw RESULT lines in a file (build/psbench report
+# < file renders them again).
+if [ -n "${BENCH_RESULTS:-}" ]; then
+  results=$BENCH_RESULTS
+  : >"$results"
+else
+  results=$(mktemp)
+  trap 'rm -f "$results"' EXIT
+fi
 export PS_LOCAL_TIMEOUT=${PS_LOCAL_TIMEOUT:-600}
 say() { echo "bench.sh: $*" >&2; }
 
