@@ -12,8 +12,8 @@
 //
 // Every measurement alternates with its baselines in the same run, so that
 // a drift in the machine's speed hits them all: the same bytes between the
-// same processes over bare pebbe/zmq4 sockets (see raw.go) and over plain
-// TCP connections with warm buffers (tcp.go).
+// same processes over bare libzmq sockets driven from C (see raw.go) and
+// over plain TCP connections with warm buffers (tcp.go).
 package main
 
 import (
