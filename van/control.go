@@ -61,10 +61,12 @@ type dial struct {
 }
 
 func (v *Van) connectLocked(n message.Node, identity string) {
-	if v.dialed == nil {
-		v.dialed = make(map[int]dial)
+	if v.cfg.Resend { // only the resender redials: no map per peer otherwise
+		if v.dialed == nil {
+			v.dialed = make(map[int]dial)
+		}
+		v.dialed[int(n.ID)] = dial{n, identity}
 	}
-	v.dialed[int(n.ID)] = dial{n, identity}
 	v.downMu.Lock()
 	delete(v.down, int(n.ID)) // a new connection, e.g. to a replacement
 	v.ndown.Store(int32(len(v.down)))

@@ -151,7 +151,8 @@ type Van struct {
 	ctlMu sync.Mutex
 	core  *control.Core
 	// dialed is, per node id, how this node last connected to it (guarded
-	// by ctlMu), so that it can connect again (see resendDriver.redial).
+	// by ctlMu), so that it can connect again (see resendDriver.redial);
+	// kept with resending on only.
 	dialed map[int]dial
 	// recoveredUntil (Unix ns on the van's clock) is, at a node that
 	// replaced a dead one, when its peers stop letting its connections
