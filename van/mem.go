@@ -786,18 +786,16 @@ func (t *memTransport) send(ctx context.Context, id int, frames [][]byte, wait b
 	if !ok {
 		return 0, fmt.Errorf("%w %d", ErrNoPeer, id)
 	}
+	total := 0
+	for _, f := range frames {
+		total += len(f)
+	}
 	if refused { // lost, and the sender cannot tell
-		total := 0
-		for _, f := range frames {
-			total += len(f)
-		}
 		return total, nil
 	}
 	cp := make([][]byte, len(frames))
-	total := 0
 	for i, f := range frames {
 		cp[i] = append([]byte{}, f...)
-		total += len(f)
 	}
 	m := memMsg{identity: p.identity, frames: cp}
 	t.mu.Lock()

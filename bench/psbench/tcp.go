@@ -81,6 +81,7 @@ func (s *tcpServer) serve(c net.Conn) {
 	r := bufio.NewReaderSize(c, 64<<10)
 	w := bufio.NewWriterSize(c, 64<<10)
 	var hdr, in, out []byte
+	var sizes []uint64
 	for {
 		// Answers go out together while more requests are already in,
 		// and before waiting for more: a window of requests costs a
@@ -94,7 +95,7 @@ func (s *tcpServer) serve(c net.Conn) {
 		if err != nil {
 			return
 		}
-		sizes, err := readSizes(r, &hdr, sendN+replyN)
+		sizes, err = readSizes(r, &hdr, sizes, sendN+replyN)
 		if err != nil {
 			return
 		}
@@ -134,15 +135,15 @@ func readCounts(r io.Reader, buf *[]byte) (sendN, replyN int, err error) {
 	return sendN, replyN, nil
 }
 
-// readSizes reads n frame sizes.
-func readSizes(r io.Reader, buf *[]byte, n int) ([]uint64, error) {
+// readSizes reads n frame sizes into sizes (reusing its memory).
+func readSizes(r io.Reader, buf *[]byte, sizes []uint64, n int) ([]uint64, error) {
 	*buf = grow(*buf, 8*n)
 	if _, err := io.ReadFull(r, *buf); err != nil {
-		return nil, err
+		return sizes, err
 	}
-	sizes := make([]uint64, n)
-	for i := range sizes {
-		sizes[i] = binary.LittleEndian.Uint64((*buf)[8*i:])
+	sizes = sizes[:0]
+	for i := 0; i < n; i++ {
+		sizes = append(sizes, binary.LittleEndian.Uint64((*buf)[8*i:]))
 	}
 	return sizes, nil
 }
