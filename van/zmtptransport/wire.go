@@ -295,6 +295,11 @@ func (fr *frameReader) readMessage() (frames [][]byte, cmd []byte, err error) {
 			if pooled {
 				fr.lent |= 1 << (n - 1)
 			}
+			if frames == nil {
+				// A ps-lite message has a meta frame and up to three
+				// data frames (keys, values, lengths): one allocation.
+				frames = make([][]byte, 0, 4)
+			}
 			frames = append(frames, f)
 		}
 		if flags&flagMore == 0 {
