@@ -23,6 +23,11 @@
 #                      (default 120; 0 means no limit)
 #   PS_LOCAL_GRACE     seconds between SIGTERM and SIGKILL when stopping the
 #                      processes (default 3)
+#   GOMAXPROCS         passed on when set; otherwise each process gets the
+#                      machine's cores divided by the servers and worker
+#                      processes of the job (at least 1): Go runtimes that
+#                      each take every core spin idle threads that take
+#                      CPU from the job's other processes
 #   PS_METRICS_PORT    when set, process i (in start order: the scheduler 0,
 #                      then the servers, then the workers) serves its
 #                      metrics at 127.0.0.1:(PS_METRICS_PORT+i), given to it
@@ -261,6 +266,12 @@ launch_job() {
     return 2
   fi
 
+  if [ -z "${GOMAXPROCS:-}" ]; then
+    local cores procs=$((num_servers + num_workers))
+    [ "$mode" = multi ] && procs=$((num_servers + 1))
+    cores=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
+    export GOMAXPROCS=$((procs > 0 && cores / procs > 1 ? cores / procs : 1))
+  fi
   export DMLC_NUM_SERVER=$num_servers
   export DMLC_NUM_WORKER=$num_workers
   export DMLC_PS_ROOT_URI=127.0.0.1
