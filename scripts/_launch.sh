@@ -24,7 +24,8 @@
 #   PS_LOCAL_GRACE     seconds between SIGTERM and SIGKILL when stopping the
 #                      processes (default 3)
 #   GOMAXPROCS         passed on when set; otherwise each process gets the
-#                      machine's cores divided by the servers and worker
+#                      cores this script may use (its CPU affinity and
+#                      cgroup quota) divided by the servers and worker
 #                      processes of the job (at least 1): Go runtimes that
 #                      each take every core spin idle threads that take
 #                      CPU from the job's other processes
@@ -60,6 +61,20 @@ _launch_to_us() {
   [[ $1 == *.* ]] && frac=${1#*.}
   frac=${frac}000000
   _launch_us=$((10#$int * 1000000 + 10#${frac:0:6}))
+}
+
+# _launch_cores [CPU_MAX] sets _launch_ncores to the CPUs this shell may run
+# on (its affinity), or fewer when the cgroup's CPU quota (CPU_MAX, default
+# /sys/fs/cgroup/cpu.max: "200000 100000" is 2 cores) allows fewer, as Go's
+# own default GOMAXPROCS does.
+_launch_cores() {
+  local quota period
+  _launch_ncores=$(nproc 2>/dev/null || echo 1)
+  if read -r quota period 2>/dev/null <"${1:-/sys/fs/cgroup/cpu.max}" &&
+    [[ $quota =~ ^[0-9]+$ && $period =~ ^[1-9][0-9]*$ ]]; then
+    quota=$(((quota + period - 1) / period))
+    if ((quota < _launch_ncores)); then _launch_ncores=$quota; fi
+  fi
 }
 
 # _launch_now sets _launch_us to the current time in microseconds.
@@ -267,10 +282,10 @@ launch_job() {
   fi
 
   if [ -z "${GOMAXPROCS:-}" ]; then
-    local cores procs=$((num_servers + num_workers))
+    local procs=$((num_servers + num_workers))
     [ "$mode" = multi ] && procs=$((num_servers + 1))
-    cores=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
-    export GOMAXPROCS=$((procs > 0 && cores / procs > 1 ? cores / procs : 1))
+    _launch_cores
+    export GOMAXPROCS=$((procs > 0 && _launch_ncores / procs > 1 ? _launch_ncores / procs : 1))
   fi
   export DMLC_NUM_SERVER=$num_servers
   export DMLC_NUM_WORKER=$num_workers

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -158,6 +160,60 @@ func TestKVAppExactAcrossTheLendingThreshold(t *testing.T) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// local.sh gives each process, unless GOMAXPROCS is set, the cores it may
+// use divided by the job's servers and workers, at least 1; a cgroup's CPU
+// quota counts when it allows fewer cores.
+func TestLocalShSharesTheCores(t *testing.T) {
+	show := filepath.Join(t.TempDir(), "show.sh")
+	if err := os.WriteFile(show, []byte("#!/bin/sh\necho \"$DMLC_ROLE GOMAXPROCS=$GOMAXPROCS\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cores := func(cpuMax string) int {
+		t.Helper()
+		script := "source ../scripts/_launch.sh && _launch_cores"
+		if cpuMax != "" {
+			f := filepath.Join(t.TempDir(), "cpu.max")
+			if err := os.WriteFile(f, []byte(cpuMax+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			script += " " + f
+		}
+		out, err := exec.Command("bash", "-c", script+` && echo "$_launch_ncores"`).Output()
+		if err != nil {
+			t.Fatalf("_launch_cores: %v", err)
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(string(out)))
+		if err != nil {
+			t.Fatalf("_launch_cores printed %q", out)
+		}
+		return n
+	}
+	n := cores("")
+	if n < 1 || n > runtime.NumCPU() {
+		t.Fatalf("_launch_cores: %d cores, this process sees %d", n, runtime.NumCPU())
+	}
+	for cpuMax, want := range map[string]int{"max 100000": n, "100000 100000": 1, "50000 100000": 1, "150000 100000": min(n, 2)} {
+		if got := cores(cpuMax); got != want {
+			t.Errorf("_launch_cores with cpu.max %q: %d cores, want %d", cpuMax, got, want)
+		}
+	}
+	for _, c := range []struct {
+		env  []string
+		s, w int
+		want int
+	}{
+		{nil, 1, 1, max(1, n/2)},
+		{nil, 0, 1, n},
+		{nil, 2, 5, max(1, n/7)},
+		{[]string{"GOMAXPROCS=3"}, 1, 1, 3},
+	} {
+		out := launch(t, c.env, "local.sh", strconv.Itoa(c.s), strconv.Itoa(c.w), show)
+		if got, want := strings.Count(out, fmt.Sprintf("GOMAXPROCS=%d\n", c.want)), 1+c.s+c.w; got != want {
+			t.Errorf("%v local.sh %d %d: %d of %d processes got GOMAXPROCS=%d:\n%s", c.env, c.s, c.w, got, want, c.want, out)
 		}
 	}
 }
