@@ -95,7 +95,7 @@ func report(r io.Reader, w io.Writer) error {
 		fmt.Fprintf(w, "The machine's load (1-minute load average) at the start of the %d runs: median %.2f, max %.2f.\n\n", len(loads), lm, slices.Max(loads))
 	}
 	fmt.Fprintf(w, "%s\n\n", vanSentence(reportVan))
-	fmt.Fprintf(w, "Jobs run through scripts/local.sh, which gives each Go node, unless `GOMAXPROCS` is set, the machine's cores divided by the job's servers and workers (at least 1), as docs/DEPLOY.md advises for nodes that share a machine; C++ nodes are not affected. The job of a C++ worker with our scheduler and server is launched by hand, with Go's default (every core).\n\n")
+	fmt.Fprintf(w, "Jobs run through scripts/local.sh, which gives each Go node, unless `GOMAXPROCS` is set, the cores it may use divided by the job's servers and workers (at least 1), as docs/DEPLOY.md advises for nodes that share a machine; C++ nodes are not affected. The job of a C++ worker with our scheduler and server is launched by hand, with Go's default (every core).\n\n")
 	fmt.Fprintf(w, "What was changed to get here, and what limits the targets not met, with the profiles: [PERFORMANCE-NOTES.md](PERFORMANCE-NOTES.md).\n\n")
 	writeTargets(w, ours, cmp, kvBench)
 	writeSideBySide(w, ours, cmp)
