@@ -505,7 +505,7 @@ func (t *Transport) serve(ic *inConn) {
 		ident = t.anonIdentity()
 	}
 	ic.ident = string(ident)
-	if held, stale := t.claim(ic); stale {
+	if held, stale := t.claim(ic, false); stale {
 		t.opts.Log.Debug().Str("identity", ic.ident).Msg("zmtp: closing a connection a newer one of its identity replaced")
 		return
 	} else if !held {
@@ -535,7 +535,7 @@ func (t *Transport) serve(ic *inConn) {
 		// costs no memory.
 		fr.maxBytes = memberMax
 		if !ic.owner.Load() {
-			held, stale := t.claim(ic)
+			held, stale := t.claim(ic, false)
 			if stale {
 				t.opts.Log.Debug().Str("identity", ic.ident).Msg("zmtp: closing a connection a newer one of its identity replaced")
 				return
@@ -567,7 +567,7 @@ func (t *Transport) serve(ic *inConn) {
 			continue
 		}
 		if !ic.owner.Load() {
-			if held, _ := t.claim(ic); !held {
+			if held, _ := t.claim(ic, true); !held {
 				fr.giveBack(frames)
 				continue // another connection holds the identity (or held it since)
 			}
@@ -732,7 +732,14 @@ func (t *Transport) SetIncarnations(byID map[int]string) {
 // holds. Without that, a connection whose reader fell behind (a starved
 // CPU) could claim its identity after a newer one let go of it, and
 // deliver old messages after newer ones.
-func (t *Transport) claim(ic *inConn) (held, stale bool) {
+//
+// Without take, claim only tells: held is then whether ic holds the
+// identity or would on its next message. A connection takes its identity
+// when it has a message to deliver, never before: two connections that
+// wait for the same identity to be let go (a node's new connection and a
+// silent one of its past) are decided by which speaks first, not by which
+// reader the scheduler happened to run first.
+func (t *Transport) claim(ic *inConn, take bool) (held, stale bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	old := t.owners[ic.ident]
@@ -746,6 +753,8 @@ func (t *Transport) claim(ic *inConn) (held, stale bool) {
 		return false, false
 	case old != nil && !t.handover && (want == "" || old.process == want):
 		return false, false
+	case !take:
+		return true, false
 	}
 	if old != nil {
 		old.owner.Store(false)
