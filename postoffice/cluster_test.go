@@ -1,6 +1,7 @@
 package postoffice_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/postoffice"
 	"github.com/gopslite/pslite/van"
+	"github.com/gopslite/pslite/van/control"
 )
 
 func TestClusterIDs(t *testing.T) {
@@ -143,4 +145,69 @@ func TestSchedulerTimeoutNamesMissingNodes(t *testing.T) {
 	if schedErr == nil || !strings.Contains(schedErr.Error(), "missing 1 of 2 servers and 1 of 1 workers") {
 		t.Errorf("scheduler error = %v", schedErr)
 	}
+}
+
+// A server or worker whose scheduler is C++ ps-lite's (one that never tells
+// the process incarnations) waits CppStartGrace after the start barrier, so
+// that C++ servers, released after the workers, are released before a
+// worker's first request reaches them; under a pslite scheduler nobody waits.
+func TestStartGraceUnderACppScheduler(t *testing.T) {
+	for _, cpp := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cpp=%v", cpp), func(t *testing.T) {
+			// Under a pslite scheduler a grace would outlast Start's context.
+			grace := 10 * time.Minute
+			if cpp {
+				grace = 700 * time.Millisecond
+			}
+			net := van.NewMemNetwork()
+			if cpp {
+				// The scheduler binds 9000; the others bind 10001 on in turn.
+				for i := 1; i <= 3; i++ {
+					net.Tamper("127.0.0.1:9000", fmt.Sprintf("127.0.0.1:%d", 10000+i), hideIncarnations)
+				}
+			}
+			c := testcluster.New(t, 1, 2, testcluster.Options{Network: net, NoStart: true,
+				Tweak: func(cfg *postoffice.Config) { cfg.CppStartGrace = grace }})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			took := make([]time.Duration, 4) // scheduler, server, workers
+			err := testcluster.Each(c.All(), func(p *postoffice.Postoffice) error {
+				start := time.Now()
+				err := p.Start(ctx, 0, true)
+				d := time.Since(start)
+				for i, q := range c.All() {
+					if q == p {
+						took[i] = d
+					}
+				}
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, p := range c.All() {
+				role := p.Van().MyNode().Role
+				foreign := p.Van().ForeignScheduler()
+				if want := cpp && role != message.RoleScheduler; foreign != want {
+					t.Errorf("%v: ForeignScheduler() = %v, want %v", role, foreign, want)
+				}
+				if foreign && took[i] < grace {
+					t.Errorf("%v: Start took %v with a grace of %v", role, took[i], grace)
+				}
+			}
+			c.Finalize(t)
+		})
+	}
+}
+
+// hideIncarnations makes a pslite scheduler's message to a node look like
+// C++ ps-lite's: the notice of the process incarnations becomes one of a
+// kind nobody knows.
+func hideIncarnations(frames [][]byte) [][]byte {
+	from := []byte(control.NoticePrefix + string(control.NoticeIncarnations))
+	to := []byte(control.NoticePrefix + "incarnationz")
+	for i := range frames {
+		frames[i] = bytes.ReplaceAll(frames[i], from, to)
+	}
+	return frames
 }

@@ -19,6 +19,9 @@ import (
 // such an outage is ridden out with the defaults.
 const DefaultLinkTimeout = 180 * time.Second
 
+// DefaultCppStartGrace is Config.CppStartGrace's default.
+const DefaultCppStartGrace = 200 * time.Millisecond
+
 // Config is a node's view of its job. ConfigFromEnv fills it from the
 // environment variables C++ ps-lite reads.
 type Config struct {
@@ -72,6 +75,13 @@ type Config struct {
 	// StartTimeout bounds how long Start waits for the job to fill up
 	// (PS_START_TIMEOUT seconds, default 0 = wait for ever).
 	StartTimeout time.Duration
+	// CppStartGrace is PS_CPP_START_GRACE (milliseconds, default 200): how
+	// long a server's or worker's Start waits after the start barrier when
+	// the scheduler is C++ ps-lite's, before it lets the program send.
+	// That scheduler releases workers first, and a C++ server that gets a
+	// request before its own release aborts (see docs/LIBRARY.md). Zero
+	// means the default; PS_CPP_START_GRACE=0 makes it negative: no wait.
+	CppStartGrace time.Duration
 	// SetRankEnv sets DMLC_RANK in the environment once the rank is known.
 	SetRankEnv bool
 	// Resend turns on acknowledgements and resending (PS_RESEND=1).
@@ -195,6 +205,10 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	c.ConnectTimeout = time.Duration(intVar("PS_CONNECT_TIMEOUT", int(control.DefaultConnectTimeout/time.Second), 1, 1<<20, false)) * time.Second
 	c.DropRate = intVar("PS_DROP_MSG", 0, 0, 100, false)
 	c.StartTimeout = time.Duration(intVar("PS_START_TIMEOUT", 0, 0, 1<<20, false)) * time.Second
+	c.CppStartGrace = time.Duration(intVar("PS_CPP_START_GRACE", int(DefaultCppStartGrace/time.Millisecond), 0, 1<<20, false)) * time.Millisecond
+	if c.CppStartGrace == 0 {
+		c.CppStartGrace = -1
+	}
 	c.Resend = intVar("PS_RESEND", 0, 0, 1<<30, false) != 0
 	c.ResendTimeout = time.Duration(intVar("PS_RESEND_TIMEOUT", 1000, 1, 1<<30, false)) * time.Millisecond
 	c.LinkTimeout = time.Duration(intVar("PS_LINK_TIMEOUT", int(DefaultLinkTimeout/time.Second), 0, 1<<20, false)) * time.Second

@@ -90,6 +90,7 @@ func TestConfigComplete(t *testing.T) {
 		HeartbeatTimeout: 60 * time.Second,
 		RecoveryWait:     5 * time.Second,
 		ConnectTimeout:   10 * time.Second,
+		CppStartGrace:    200 * time.Millisecond,
 		SetRankEnv:       true,
 		ResendTimeout:    time.Second,
 		ResendGiveUp:     180 * time.Second,
@@ -133,6 +134,7 @@ func TestConfigOptional(t *testing.T) {
 		"PS_LINK_TIMEOUT", "0",
 		"PS_RECOVERY_WAIT", "12",
 		"PS_CONNECT_TIMEOUT", "45",
+		"PS_CPP_START_GRACE", "1500",
 		"DMLC_PS_VAN_TYPE", "zmq",
 	))
 	checks := []struct {
@@ -155,6 +157,7 @@ func TestConfigOptional(t *testing.T) {
 		{"LinkTimeout", c.LinkTimeout, time.Duration(0)},
 		{"RecoveryWait", c.RecoveryWait, 12 * time.Second},
 		{"ConnectTimeout", c.ConnectTimeout, 45 * time.Second},
+		{"CppStartGrace", c.CppStartGrace, 1500 * time.Millisecond},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {
@@ -233,6 +236,7 @@ func TestConfigMalformedInts(t *testing.T) {
 		{"PS_START_TIMEOUT", "-3"},
 		{"PS_RECOVERY_WAIT", "-1"},
 		{"PS_CONNECT_TIMEOUT", "0"},
+		{"PS_CPP_START_GRACE", "-5"},
 	}
 	for _, c := range cases {
 		err := configErr(t, base().with(c[0], c[1]), c[0], c[1])
@@ -254,6 +258,10 @@ func TestConfigHeartbeatTimeoutExceedsInterval(t *testing.T) {
 	// PS_RECOVERY_WAIT=0 fails a job as soon as a node is found dead.
 	if c := mustConfig(t, base().with("PS_RECOVERY_WAIT", "0")); c.RecoveryWait >= 0 {
 		t.Errorf("PS_RECOVERY_WAIT=0 gave %v", c.RecoveryWait)
+	}
+	// PS_CPP_START_GRACE=0: no wait under a C++ scheduler.
+	if c := mustConfig(t, base().with("PS_CPP_START_GRACE", "0")); c.CppStartGrace >= 0 {
+		t.Errorf("PS_CPP_START_GRACE=0 gave %v", c.CppStartGrace)
 	}
 }
 

@@ -281,9 +281,42 @@ func (p *Postoffice) Start(ctx context.Context, customerID int, doBarrier bool) 
 		return err
 	}
 	if doBarrier && !p.IsRecovery() { // the others are past their start barrier
-		return p.Barrier(ctx, customerID, message.AllGroup)
+		if err := p.Barrier(ctx, customerID, message.AllGroup); err != nil {
+			return err
+		}
+		return p.cppStartGrace(ctx)
 	}
 	return nil
+}
+
+// cppStartGrace waits Config.CppStartGrace at a server or worker whose
+// scheduler is C++ ps-lite's. That scheduler releases the start barrier to
+// the workers first and to the servers after; a C++ server that gets a
+// request before its own release blocks its one receive thread waiting for
+// the customer it creates only once released, and aborts after 5 s. Go
+// workers, quick to push once released, lost that race in a third of such
+// jobs here (docs/LIBRARY.md). No message says when a C++ server is
+// released, so the grace is a wait; a pslite scheduler releases servers
+// first, and nodes under it do not wait.
+func (p *Postoffice) cppStartGrace(ctx context.Context) error {
+	d := p.cfg.CppStartGrace
+	if d == 0 {
+		d = DefaultCppStartGrace
+	}
+	if d < 0 || !p.van.ForeignScheduler() {
+		return nil
+	}
+	p.log.Info().Dur("grace", d).Msg("the scheduler is C++ ps-lite's: waiting for it to release the servers")
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-p.van.Failed():
+		return p.van.Err()
+	}
 }
 
 // Finalize leaves the job for customerID, after a barrier of all nodes when

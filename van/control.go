@@ -158,6 +158,7 @@ func (v *Van) noteLocked(e control.Event) bool {
 		v.view.Store(e.View)
 		return true
 	case control.EventIncarnations:
+		v.pslScheduler.Store(true)
 		if inc, ok := v.tr.(Incarnations); ok {
 			inc.SetIncarnations(e.Incarnations)
 		}

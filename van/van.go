@@ -162,6 +162,10 @@ type Van struct {
 
 	myNode atomic.Pointer[message.Node]
 	view   atomic.Pointer[replica.View]
+	// pslScheduler is set at a server or worker once its scheduler has
+	// told it the process incarnations: a pslite scheduler does so before
+	// it sends the node list, C++ ps-lite's never (see ForeignScheduler).
+	pslScheduler atomic.Bool
 
 	dropRate atomic.Int32 // percent of received messages to drop once ready
 	batcher  Batcher      // tr, when it is one; else nil
@@ -259,6 +263,16 @@ func RateLimited(log zerolog.Logger) zerolog.Logger {
 
 // MyNode returns this node's description; its ID is Empty until the van is ready.
 func (v *Van) MyNode() message.Node { return *v.myNode.Load() }
+
+// ForeignScheduler reports whether this server or worker's scheduler is
+// not a pslite scheduler but C++ ps-lite's, as far as the node knows once
+// Start has returned: a pslite scheduler tells every node the process
+// incarnations ahead of the node list, which C++ ps-lite's never sends.
+// It is false at the scheduler.
+func (v *Van) ForeignScheduler() bool {
+	n := v.myNode.Load()
+	return n != nil && n.Role != message.RoleScheduler && !v.pslScheduler.Load()
+}
 
 // IsReady reports whether the node has joined the job and not stopped.
 func (v *Van) IsReady() bool { return v.isReady.Load() && !v.stopping.Load() }
