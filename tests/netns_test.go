@@ -226,6 +226,12 @@ func (h *hosts) cleanup(t *testing.T) {
 // script runs scripts/netns.sh with this set's prefix and returns its
 // combined output.
 func (h *hosts) script(args ...string) (string, error) {
+	out, err := h.command(args...).CombinedOutput()
+	return string(out), err
+}
+
+// command is the scripts/netns.sh command for these hosts.
+func (h *hosts) command(args ...string) *exec.Cmd {
 	cmd := exec.Command(netnsScript, args...)
 	cmd.Env = append(os.Environ(), "PSNS_PREFIX="+h.prefix, "PSNS_NET="+netnsNet, "PSNS_IFACE="+netnsIface)
 	if h.decoy {
@@ -234,8 +240,7 @@ func (h *hosts) script(args ...string) (string, error) {
 	if h.linkMode != "" {
 		cmd.Env = append(cmd.Env, "PSNS_LINK_MODE="+h.linkMode)
 	}
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	return cmd
 }
 
 // addr is host i's address.
@@ -300,16 +305,22 @@ func (h *hosts) impair(t *testing.T, i int, delay, jitter int, loss float64) {
 	}
 }
 
-// txBytes returns the bytes host i has sent on its interface.
+// txBytes returns the bytes host i has sent on its interface. It reads the
+// count from standard output alone: ip may warn on standard error (it
+// printed "Peer netns reference is invalid." twice, once, while other
+// tests' namespaces came and went).
 func (h *hosts) txBytes(t *testing.T, i int) int64 {
 	t.Helper()
-	out, err := h.inHost(i, "cat", "/sys/class/net/"+netnsIface+"/statistics/tx_bytes")
+	cmd := h.command("exec", strconv.Itoa(i), "cat", "/sys/class/net/"+netnsIface+"/statistics/tx_bytes")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("tx_bytes of host %d: %v\n%s", i, err, out)
+		t.Fatalf("tx_bytes of host %d: %v\n%s%s", i, err, out, stderr.Bytes())
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
+	n, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
 	if err != nil {
-		t.Fatalf("tx_bytes of host %d: %q", i, out)
+		t.Fatalf("tx_bytes of host %d: %q (standard error: %q)", i, out, stderr.Bytes())
 	}
 	return n
 }
