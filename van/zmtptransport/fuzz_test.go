@@ -37,12 +37,21 @@ func FuzzFrameReader(f *testing.F) {
 	f.Add(append(appendHeader(nil, flagMore, 3*growStep), make([]byte, growStep+10)...))
 	f.Add([]byte{flagCommand | flagLong, 0, 0, 0, 0, 0, 1, 0, 1})
 	f.Add([]byte{0xff, 0, 0})
+	f.Add(append(append([]byte{flagMore, 1, 'x'}, command("PONG", nil)...), 0, 1, 'y'))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		const maxFrames, maxBytes = 4, 8 << 20
 		cr := &countingReader{r: bytes.NewReader(b)}
 		fr := &frameReader{r: bufio.NewReaderSize(cr, 4096), maxFrames: maxFrames, maxBytes: maxBytes, pool: &bufPool{}}
 		for range 64 {
 			frames, cmd, err := fr.readMessage()
+			if len(fr.inside) > maxInside {
+				t.Fatalf("%d commands inside a message, cap %d", len(fr.inside), maxInside)
+			}
+			for _, c := range fr.inside {
+				if len(c) > 1<<16 {
+					t.Fatalf("a command of %d bytes inside a message", len(c))
+				}
+			}
 			var o *oversized
 			switch {
 			case errors.As(err, &o):

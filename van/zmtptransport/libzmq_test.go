@@ -3,6 +3,7 @@
 package zmtptransport
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"testing"
@@ -157,4 +158,45 @@ func afterQuietSecond(t *testing.T, tx *Transport, router, dealer *zmq.Socket, r
 	if _, frames := recv(t, rx); string(frames[0]) != "later" {
 		t.Fatalf("after a quiet second: %q", frames[0])
 	}
+}
+
+// libzmq sends a heartbeat command as soon as it is due, between two frames
+// of a message it is sending (ZMTP's grammar has commands between messages
+// only): a PONG answering our PING, or its own PING. Our ROUTER takes the
+// message whole, answers the PING, and keeps the connection. Before, it
+// dropped the connection ("command frame inside a message"), with a C++
+// ps-lite server's answers in it.
+func TestLibzmqHeartbeatsInsideMessages(t *testing.T) {
+	// Our side pings every 1/12 of the link timeout, libzmq's every 20ms;
+	// the timeouts are long, for a loaded machine.
+	rx, port := bound(t, Options{LinkTimeout: time.Second})
+	dealer := zmqSocket(t, zmq.DEALER, "ps4", true)
+	dealer.SetHeartbeatTimeout(10 * time.Second)
+	dealerDown := disconnects(t, dealer)
+	if err := dealer.Connect(fmt.Sprintf("tcp://127.0.0.1:%d", port)); err != nil {
+		t.Fatal(err)
+	}
+	// Messages of several large frames, sent for long enough that many
+	// heartbeats fall due in the middle of one.
+	const frameBytes = 1 << 20
+	big := [][]byte{pattern(frameBytes, 1), pattern(frameBytes, 2), pattern(frameBytes, 3)}
+	sent := 0
+	for start := time.Now(); time.Since(start) < 1500*time.Millisecond || sent < 20; sent++ {
+		if _, err := dealer.SendMessage(fmt.Sprintf("m%d", sent), big[0], big[1], big[2]); err != nil {
+			t.Fatal(err)
+		}
+		ident, frames := recv(t, rx)
+		if ident != "ps4" || len(frames) != 4 || string(frames[0]) != fmt.Sprintf("m%d", sent) {
+			t.Fatalf("message %d: identity %q, %d frames, first %.10q", sent, ident, len(frames), frames[0])
+		}
+		for i, f := range frames[1:] {
+			if !bytes.Equal(f, big[i]) {
+				t.Fatalf("message %d: frame %d differs", sent, i+1)
+			}
+		}
+	}
+	if n := dealerDown(); n != 0 {
+		t.Fatalf("the connection from libzmq's DEALER dropped %d times in %d messages", n, sent)
+	}
+	t.Logf("%d messages of %d frames of %d bytes", sent, len(big)+1, frameBytes)
 }

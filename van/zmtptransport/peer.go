@@ -449,8 +449,8 @@ func (p *peer) listen(br *bufio.Reader, lk *link, dead chan struct{}) {
 		if err != nil && !errors.As(err, &o) {
 			return
 		}
-		if cmd != nil {
-			if reply := answer(cmd); reply != nil {
+		for _, c := range append(fr.inside, cmd) {
+			if reply := answer(c); reply != nil {
 				p.queueRaw(reply)
 			}
 		}

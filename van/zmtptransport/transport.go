@@ -546,6 +546,12 @@ func (t *Transport) serve(ic *inConn) {
 		}
 		frames, cmd, err := fr.readMessage()
 		lk.touch()
+		for _, c := range fr.inside {
+			if reply := answer(c); reply != nil && ic.write(reply, t.opts.HandshakeTimeout) != nil {
+				fr.giveBack(frames)
+				return
+			}
+		}
 		if err != nil {
 			var o *oversized
 			if errors.As(err, &o) {

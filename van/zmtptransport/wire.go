@@ -210,7 +210,17 @@ type frameReader struct {
 	// (see readFrame); nil: none.
 	upfront *atomic.Int64
 	lent    uint64 // after readMessage: bit i set when frame i came from pool
+	// inside holds, after readMessage, the commands read between the
+	// frames of the message it returned. ZMTP's grammar puts commands
+	// between messages only, but libzmq (4.3) sends a PONG, or a PING,
+	// as soon as it is due, between two frames of a message it is
+	// sending; the caller answers them as it would any command.
+	inside [][]byte
 }
+
+// maxInside bounds the commands one message may carry between its frames
+// (libzmq's heartbeats put one there now and then).
+const maxInside = 64
 
 // errTooLarge is a frame larger than a whole message may be: libzmq drops
 // the connection then, and so does the transport.
@@ -257,23 +267,38 @@ func (o *oversized) Error() string {
 func (fr *frameReader) readMessage() (frames [][]byte, cmd []byte, err error) {
 	var total int64
 	fr.lent = 0
+	fr.inside = fr.inside[:0]
 	n := 0 // frames read
 	skip := false
 	for {
 		flags, size, err := fr.header()
 		if err != nil {
+			fr.giveBack(frames)
 			return nil, nil, err
 		}
 		if flags&flagCommand != 0 {
-			if n > 0 || flags&flagMore != 0 {
-				return nil, nil, fmt.Errorf("%w: command frame inside a message", errProtocol)
+			if flags&flagMore != 0 {
+				fr.giveBack(frames)
+				return nil, nil, fmt.Errorf("%w: command frame with more to follow", errProtocol)
 			}
 			if size > 1<<16 {
+				fr.giveBack(frames)
 				return nil, nil, fmt.Errorf("%w: command of %d bytes", errProtocol, size)
 			}
 			body := make([]byte, size)
-			_, err := io.ReadFull(fr.r, body)
-			return nil, body, err
+			if _, err := io.ReadFull(fr.r, body); err != nil {
+				fr.giveBack(frames)
+				return nil, nil, err
+			}
+			if n == 0 {
+				return nil, body, nil
+			}
+			if len(fr.inside) == maxInside {
+				fr.giveBack(frames)
+				return nil, nil, fmt.Errorf("%w: more than %d commands inside a message", errProtocol, maxInside)
+			}
+			fr.inside = append(fr.inside, body)
+			continue
 		}
 		total += size
 		n++

@@ -79,10 +79,15 @@ func TestFramesBounds(t *testing.T) {
 	if _, _, err := reader(long, 8, 1<<10).readMessage(); !errors.Is(err, errTooLarge) {
 		t.Fatalf("frame of 1 MiB with 1 KiB allowed: %v", err)
 	}
+	tooMany := []byte{flagMore, 1, 'x'}
+	for i := 0; i <= maxInside; i++ {
+		tooMany = append(tooMany, command("PONG", nil)...)
+	}
+	tooMany = append(tooMany, 0, 1, 'y')
 	for _, bad := range [][]byte{
-		{0x40, 1, 'x'},                        // unknown flag
-		{flagCommand | flagMore, 1, 1, 'x'},   // a command with MORE
-		{flagMore, 1, 'x', flagCommand, 1, 0}, // a command inside a message
+		{0x40, 1, 'x'},                      // unknown flag
+		{flagCommand | flagMore, 1, 1, 'x'}, // a command with MORE
+		tooMany,                             // more commands inside a message than heartbeats explain
 	} {
 		if _, _, err := reader(bad, 8, 1<<10).readMessage(); !errors.Is(err, errProtocol) {
 			t.Errorf("% x: %v, want a protocol error", bad, err)
@@ -133,5 +138,40 @@ func TestGreetingAndReady(t *testing.T) {
 	}
 	if p := pong([]byte{0, 1, 'a', 'b'}); !bytes.Equal(p, command("PONG", []byte("ab"))) {
 		t.Errorf("PONG % x", p)
+	}
+}
+
+// libzmq sends a heartbeat command as soon as it is due, between two frames
+// of a message if it must: the message is read whole, the commands kept
+// for the caller to answer; the next message starts with none.
+func TestCommandsInsideAMessage(t *testing.T) {
+	var wire []byte
+	wire = appendHeader(wire, flagMore, 4)
+	wire = append(wire, "meta"...)
+	wire = append(wire, command("PONG", []byte("ctx"))...)
+	wire = appendHeader(wire, flagMore, 300)
+	wire = append(wire, bytes.Repeat([]byte{5}, 300)...)
+	wire = append(wire, command("PING", []byte{0, 10, 'c'})...)
+	wire = appendHeader(wire, 0, 1)
+	wire = append(wire, 'v')
+	wire = appendMessage(wire, [][]byte{[]byte("next")})
+	fr := reader(wire, 8, 1<<20)
+	got, cmd, err := fr.readMessage()
+	if err != nil || cmd != nil || len(got) != 3 || string(got[0]) != "meta" || len(got[1]) != 300 || string(got[2]) != "v" {
+		t.Fatalf("message: %d frames, %v, command %q", len(got), err, cmd)
+	}
+	if len(fr.inside) != 2 {
+		t.Fatalf("%d commands inside, want 2", len(fr.inside))
+	}
+	for i, want := range []string{"PONG", "PING"} {
+		if name, _, err := parseCommand(fr.inside[i]); err != nil || name != want {
+			t.Errorf("command %d inside: %q %v, want %s", i, name, err, want)
+		}
+	}
+	if reply := answer(fr.inside[1]); reply == nil {
+		t.Error("the PING inside the message gets no PONG")
+	}
+	if got, _, err := fr.readMessage(); err != nil || string(got[0]) != "next" || len(fr.inside) != 0 {
+		t.Fatalf("next message: %q %v, %d commands inside", got, err, len(fr.inside))
 	}
 }
