@@ -16,7 +16,9 @@
 //
 // What it lacks: CURVE encryption (a job with PS_CURVE_* keys uses the
 // ZeroMQ transport). With PS_LINK_TIMEOUT it sends ZMTP heartbeats as
-// libzmq does (heartbeat.go), and it answers a peer's.
+// libzmq does (heartbeat.go), and it answers a peer's. It takes a
+// heartbeat command between two frames of a message, which ZMTP's grammar
+// does not allow but libzmq sends (a PONG or PING as soon as it is due).
 //
 // Goroutines: one accepts connections; with a link timeout, one pings; one per accepted connection reads
 // it and passes messages to the receive loop through a bounded queue (a
