@@ -288,6 +288,9 @@ func parseTables(body []byte, pm PartitionMeta) ([]*longTable[float64], error) {
 		return nil, fmt.Errorf("holds rows [%d,%d) column block %d of %d, the layout says %s", hdr[0], hdr[1], hdr[2], hdr[3], pm)
 	}
 	d := body[partHeaderSize:]
+	if len(d) < pm.RowEnd-pm.RowStart { // every row takes a byte at least
+		return nil, fmt.Errorf("%d bytes for %d rows: truncated", len(d), pm.RowEnd-pm.RowStart)
+	}
 	rows := make([]*longTable[float64], pm.RowEnd-pm.RowStart)
 	for i := range rows {
 		if len(d) < 1 {
@@ -459,14 +462,16 @@ func readSnapRecord(br *bufio.Reader, p kv.Part, st *rankState) error {
 	if _, err := io.ReadFull(br, b[:12]); err != nil {
 		return err
 	}
-	m := newServerMatrix(meta, p.Index)
-	m.gen = binary.LittleEndian.Uint64(b[:])
-	ids := sortedKeys(m.parts)
-	if nparts := binary.LittleEndian.Uint32(b[8:]); int64(nparts) != int64(len(ids)) {
-		return fmt.Errorf("matrix %q: %d partitions, rank %d has %d", meta.Name, nparts, p.Index, len(ids))
+	// The partitions are made as their records are read, not from the
+	// meta first: a damaged meta that is still valid could ask for
+	// gigabytes of partitions (one did, 7.5 GB) that no record backs.
+	m := &serverMatrix{meta: meta, parts: make(map[int]*partition), gen: binary.LittleEndian.Uint64(b[:])}
+	first, count := rankPartitions(meta, p.Index)
+	if nparts := binary.LittleEndian.Uint32(b[8:]); int64(nparts) != int64(count) {
+		return fmt.Errorf("matrix %q: %d partitions, rank %d has %d", meta.Name, nparts, p.Index, count)
 	}
 	var body bytes.Buffer
-	for _, want := range ids {
+	for want := first; want < meta.NumPartitions(); want += meta.NumServers {
 		if _, err := io.ReadFull(br, b[:12]); err != nil {
 			return err
 		}
@@ -483,16 +488,17 @@ func readSnapRecord(br *bufio.Reader, p kv.Part, st *rankState) error {
 		if k, err := io.CopyN(&body, br, int64(size)); err != nil {
 			return fmt.Errorf("matrix %q: partition %d: %d bytes of %d: %w", meta.Name, id, k, size, err)
 		}
-		part := m.parts[want]
+		pm := meta.Partition(want)
+		part := &partition{meta: pm}
+		m.parts[want] = part
 		if part.sparse() {
-			rows, err := parseTables(body.Bytes(), part.meta)
+			rows, err := parseTables(body.Bytes(), pm)
 			if err != nil {
 				return fmt.Errorf("matrix %q: partition %d: %w", meta.Name, id, err)
 			}
 			part.srows = rows
 			continue
 		}
-		pm := part.meta
 		rows, err := parseDensePart(fmt.Sprintf("matrix %q partition %d", meta.Name, id), body.Bytes(),
 			metaFilePart{ID: pm.ID, RowStart: pm.RowStart, RowEnd: pm.RowEnd, ColStart: pm.ColStart, ColEnd: pm.ColEnd})
 		if err != nil {

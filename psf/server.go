@@ -151,6 +151,16 @@ func newServerMatrix(meta MatrixMeta, rank int) *serverMatrix {
 	return m
 }
 
+// rankPartitions returns the first of the partitions of meta that server
+// rank holds (the others follow every NumServers), and how many it holds.
+func rankPartitions(meta MatrixMeta, rank int) (first, count int) {
+	n, first := meta.NumPartitions(), rank%meta.NumServers
+	if first >= n {
+		return first, 0
+	}
+	return first, (n - first + meta.NumServers - 1) / meta.NumServers
+}
+
 func newPartition(pm PartitionMeta) *partition {
 	if pm.Sparse {
 		return &partition{meta: pm, srows: make([]*longTable[float64], pm.RowEnd-pm.RowStart)}
