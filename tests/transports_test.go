@@ -84,18 +84,15 @@ func TestZMTPMixedWithZeroMQ(t *testing.T) {
 // Rows of the failure model on the ZeroMQ transport: a worker killed, a
 // server killed (requests resent, then failed), a worker stopped and a
 // link cut with only the link timeout (libzmq's heartbeats) to notice
-// them. A frozen worker replaced is TestZMQFrozenWorkerReplaced.
+// them, a frozen worker replaced (its replacement's connections take over
+// its identity, ZMQ_ROUTER_HANDOVER).
 func TestZMQFaults(t *testing.T) {
-	// Parallel: its rows mostly wait (for a fault's timeouts), so they run beside each other and the other waiting rows once the package's sequential tests are done (make test's -parallel), as their ZMTP twins do.
-	t.Parallel()
 	env := append(append([]string{}, zmqEnv...), heartbeatEnv...)
 	t.Run("worker killed", func(t *testing.T) {
-		t.Parallel()
 		r := startRow(t, false, 2, 2, rowRounds, env)
 		r.killForGood(t, r.j.workers[1])
 	})
 	t.Run("server killed, resend", func(t *testing.T) {
-		t.Parallel()
 		r := startRow(t, false, 2, 1, rowRounds, append([]string{"PS_RESEND=1"}, env...))
 		r.killForGood(t, r.j.servers[1])
 	})
@@ -103,7 +100,6 @@ func TestZMQFaults(t *testing.T) {
 	// (its kernel still acknowledges TCP) and a link cut for good.
 	linkEnv := append(append([]string{}, zmqEnv...), "PS_LINK_TIMEOUT=5")
 	t.Run("worker stopped, link timeout only", func(t *testing.T) {
-		t.Parallel()
 		r := startRow(t, false, 2, 2, rowRounds, linkEnv)
 		victim := r.j.workers[1]
 		lost := nodeName("worker", rank(t, victim))
@@ -131,7 +127,6 @@ func TestZMQFaults(t *testing.T) {
 		expectFailed(t, rs, modelBound, lost, victim)
 	})
 	t.Run("link down for good, link timeout only", func(t *testing.T) {
-		t.Parallel()
 		r := startRow(t, true, 2, 2, rowRounds, linkEnv)
 		victim := r.j.workers[1]
 		lost := nodeName("worker", rank(t, victim))
@@ -142,27 +137,21 @@ func TestZMQFaults(t *testing.T) {
 		expectFailed(t, rs, modelBound, lost, victim)
 		expectFailed(t, []result{find(rs, victim.name)}, modelBound, "")
 	})
-}
-
-// Row of the failure model on the ZeroMQ transport: a frozen worker
-// replaced (its replacement's connections take over its identity,
-// ZMQ_ROUTER_HANDOVER). Not parallel, as its ZMTP twin
-// (TestFaultFrozenWorkerReplaced) is not: the replacement must work its
-// rounds within a bound while the frozen one holds its place.
-func TestZMQFrozenWorkerReplaced(t *testing.T) {
-	env := append([]string{"PS_RESEND=1"}, append(append([]string{}, zmqEnv...), heartbeatEnv...)...)
-	const rounds = 60
-	r := startRow(t, false, 2, 2, rounds, env)
-	victim := r.j.workers[1]
-	if err := victim.stop(); err != nil {
-		t.Fatal(err)
-	}
-	defer victim.kill()
-	ref := time.Now()
-	repl := r.h.start(t, r.h.n-1, "worker", env, bin("test_recovery"), "-rounds", fmt.Sprint(rounds), "-pause", "100ms")
-	repl.waitOutput(t, "working (recovery=true)", modelBound)
-	repl.waitOutput(t, fmt.Sprintf("after %d rounds", rounds), 60*time.Second)
-	victim.kill()
-	rs := r.h.wait(t, ref, 60*time.Second)
-	expectCompleted(t, rs, victim)
+	t.Run("frozen worker replaced", func(t *testing.T) {
+		env := append([]string{"PS_RESEND=1"}, env...)
+		const rounds = 60
+		r := startRow(t, false, 2, 2, rounds, env)
+		victim := r.j.workers[1]
+		if err := victim.stop(); err != nil {
+			t.Fatal(err)
+		}
+		defer victim.kill()
+		ref := time.Now()
+		repl := r.h.start(t, r.h.n-1, "worker", env, bin("test_recovery"), "-rounds", fmt.Sprint(rounds), "-pause", "100ms")
+		repl.waitOutput(t, "working (recovery=true)", modelBound)
+		repl.waitOutput(t, fmt.Sprintf("after %d rounds", rounds), 60*time.Second)
+		victim.kill()
+		rs := r.h.wait(t, ref, 60*time.Second)
+		expectCompleted(t, rs, victim)
+	})
 }
