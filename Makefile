@@ -45,7 +45,7 @@ vet:
 check: vet
 	$(GO) test -short -count=1 $$($(GO) list ./... | grep -v /tests)
 
-# -parallel 6: the rows of tests/ that mostly wait (for a fault's timeouts, or on slow links)
+# -parallel 6: the rows of tests/ that mostly wait for a fault's timeouts
 # (t.Parallel) run beside each other once its sequential tests are done;
 # no other package has parallel tests.
 test: vet nocgo build
