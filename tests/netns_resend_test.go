@@ -51,11 +51,6 @@ func TestNetnsResendOnSlowLinks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-host benchmark runs are long")
 	}
-	// Parallel: its jobs take as long as their slow links let them, not
-	// the CPU, so it runs beside the waiting rows once the package's
-	// sequential tests are done (make test's -parallel); its cases stay
-	// one after another, its own measurements apart.
-	t.Parallel()
 	runs := netRuns(t)
 	const hostsN = 5
 	cases := []struct {
