@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"sort"
 
 	"github.com/gopslite/pslite/kv"
 )
@@ -312,21 +313,21 @@ func parseTables(body []byte, pm PartitionMeta) ([]*longTable[float64], error) {
 		if hasZero > 1 || capacity > maxTableCap || used > uint64(len(d))/24 {
 			return nil, fmt.Errorf("row %d: a table of capacity %d with %d slots used (%d bytes left)", pm.RowStart+i, capacity, used, len(d))
 		}
-		t := &longTable[float64]{}
-		if capacity > 0 {
-			t.alloc(int(capacity))
-		}
-		if int(used) > t.limit {
+		if used > 0 && int(used) > tableLimit(int(capacity)) {
 			return nil, fmt.Errorf("row %d: %d slots used of a table of capacity %d", pm.RowStart+i, used, capacity)
 		}
-		prev := -1
+		// The slots are checked before the table is made: a capacity or
+		// a slot damaged in transit must not cost gigabytes first.
+		if err := checkSlots(d[:24*used], int(capacity)); err != nil {
+			return nil, fmt.Errorf("row %d: %w", pm.RowStart+i, err)
+		}
+		t := &longTable[float64]{}
+		if capacity > 0 && (used > 0 || capacity <= maxEmptyTableCap) {
+			t.alloc(int(capacity)) // a larger empty one holds no slots (setTable)
+		}
 		for j := 0; j < int(used); j++ {
 			slot := binary.LittleEndian.Uint64(d[24*j:])
 			k := int64(binary.LittleEndian.Uint64(d[24*j+8:]))
-			if slot >= capacity || int(slot) <= prev || k == 0 {
-				return nil, fmt.Errorf("row %d: slot %d of capacity %d holds column %d", pm.RowStart+i, slot, capacity, k)
-			}
-			prev = int(slot)
 			t.keys[slot] = k
 			t.vals[slot] = math.Float64frombits(binary.LittleEndian.Uint64(d[24*j+16:]))
 		}
@@ -354,6 +355,44 @@ func parseTables(body []byte, pm PartitionMeta) ([]*longTable[float64], error) {
 		return nil, fmt.Errorf("%d bytes past the last row", len(d))
 	}
 	return rows, nil
+}
+
+// checkSlots checks the used slots of a table of capacity c, as
+// encodeTables writes them (slot, column, value, in slot order), without
+// allocating: every slot is within c, after the one before it, and holds a
+// column other than 0, and the slots from the column's home to its own
+// are all used, as linear probing leaves them.
+func checkSlots(ents []byte, c int) error {
+	u := len(ents) / 24
+	slot := func(j int) int { return int(binary.LittleEndian.Uint64(ents[24*j:])) }
+	prev := -1
+	for j := range u {
+		s := binary.LittleEndian.Uint64(ents[24*j:])
+		k := int64(binary.LittleEndian.Uint64(ents[24*j+8:]))
+		if s >= uint64(c) || int(s) <= prev || k == 0 {
+			return fmt.Errorf("slot %d of capacity %d holds column %d", s, c, k)
+		}
+		prev = int(s)
+	}
+	for j := range u {
+		s, k := slot(j), int64(binary.LittleEndian.Uint64(ents[24*j+8:]))
+		h := homeSlot(k, c)
+		// The slots are distinct and sorted: [h, s] is full when it holds
+		// as many used slots as it has slots; a run that wraps is [h, c)
+		// and [0, s].
+		full := false
+		if h <= s {
+			first := sort.Search(j+1, func(i int) bool { return slot(i) >= h })
+			full = j-first == s-h
+		} else {
+			first := sort.Search(u, func(i int) bool { return slot(i) >= h })
+			full = u-first == c-h && j == s
+		}
+		if !full {
+			return fmt.Errorf("column %d is in slot %d of capacity %d, where a lookup does not find it", k, s, c)
+		}
+	}
+	return nil
 }
 
 // Restore implements kv.Store: rank p.Index's partitions of every matrix,

@@ -3,10 +3,12 @@ package psf
 import (
 	"bytes"
 	"cmp"
+	"encoding/binary"
 	"errors"
 	"io"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -442,6 +444,10 @@ func TestStoreSnapshotRestore(t *testing.T) {
 
 // Snapshots of another layout, or damaged, are refused with the reason, and
 // change nothing.
+// maxDamagedRestoreAlloc bounds what restoring a damaged snapshot of
+// TestStoreRestoreRefuses may allocate (its whole snapshot restores in less).
+const maxDamagedRestoreAlloc = 64 << 20
+
 func TestStoreRestoreRefuses(t *testing.T) {
 	po := localPostoffice(t)
 	a := NewHandler(po)
@@ -510,10 +516,20 @@ func TestStoreRestoreRefuses(t *testing.T) {
 			t.Fatalf("a snapshot cut at %d of %d bytes restored", cut, len(snap))
 		}
 	}
+	// Nor does a damaged snapshot make a restore allocate what its bytes
+	// claim before they are checked (one flip once asked for 15 GB).
+	var ms runtime.MemStats
 	for i := range flips {
 		d := slices.Clone(snap)
-		d[rnd.IntN(len(d))] ^= byte(1 + i%255)
+		at := rnd.IntN(len(d))
+		d[at] ^= byte(1 + i%255)
+		runtime.ReadMemStats(&ms)
+		before := ms.TotalAlloc
 		_ = fresh.Restore([]io.Reader{bytes.NewReader(d)}, l.part(1))
+		runtime.ReadMemStats(&ms)
+		if n := ms.TotalAlloc - before; n > maxDamagedRestoreAlloc {
+			t.Errorf("flip %d (byte %d of %d): the restore allocated %d MiB", i, at, len(d), n>>20)
+		}
 	}
 	if !bytes.Equal(l.snapshot(a, 1), before) {
 		t.Fatal("failed restores changed the range")
@@ -675,5 +691,33 @@ func TestStoreTablesExact(t *testing.T) {
 		if _, err := parseTables(bad, p.meta); err == nil {
 			t.Fatal("a table with a column twice restored")
 		}
+	}
+
+	// A table presized for more entries than it got, holding column 0
+	// only, keeps no slots; a snapshot stating such a table with 2^30
+	// slots restores it without them.
+	big := newLongTable[float64](1000)
+	big.Set(0, 2.5)
+	q := newPartition(meta.Partition(0))
+	q.setTable(0, big)
+	if q.srows[0].keys != nil || q.srows[0].Len() != 1 {
+		t.Fatalf("a presized table holding column 0 only keeps %d slots", len(q.srows[0].keys))
+	}
+	buf.Reset()
+	if err := encodeTables(&buf, q); err != nil {
+		t.Fatal(err)
+	}
+	b = buf.Bytes()
+	binary.LittleEndian.PutUint64(b[partHeaderSize+1:], 1<<30)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	before := ms.TotalAlloc
+	rows, err = parseTables(b, q.meta)
+	runtime.ReadMemStats(&ms)
+	if err != nil || rows[0] == nil || rows[0].keys != nil || ms.TotalAlloc-before > 1<<20 {
+		t.Fatalf("an empty table of 2^30 slots: %v, allocating %d bytes", err, ms.TotalAlloc-before)
+	}
+	if v, ok := rows[0].Get(0); !ok || v != 2.5 {
+		t.Fatalf("an empty table of 2^30 slots: column 0 holds %v, %v", v, ok)
 	}
 }

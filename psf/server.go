@@ -124,10 +124,16 @@ func (p *partition) table(i int) *longTable[float64] {
 	return p.srows[i]
 }
 
-// setTable makes t the partition's i-th row (nil if t is empty).
+// setTable makes t the partition's i-th row (nil if t is empty). A table
+// presized for more entries than it got keeps its slots unless it has
+// none, as after Delete: a snapshot then states no large empty table,
+// which a restore would have to allocate.
 func (p *partition) setTable(i int, t *longTable[float64]) {
-	if t.Len() == 0 {
+	switch {
+	case t.Len() == 0:
 		t = nil
+	case t.n == 0 && len(t.keys) > maxEmptyTableCap:
+		t.keys, t.vals, t.limit = nil, nil, 0
 	}
 	p.srows[i] = t
 }

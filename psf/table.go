@@ -14,6 +14,9 @@ const (
 	maxLoad     = 0.8
 	growFactor  = 1.6
 	minTableCap = 4
+	// maxEmptyTableCap is the largest capacity a table with no entries
+	// keeps: Delete and partition.setTable drop the slots of larger ones.
+	maxEmptyTableCap = 64
 )
 
 // longTable is a hash table from int64 keys to values of type V, with open
@@ -52,7 +55,13 @@ func (t *longTable[V]) alloc(capacity int) {
 	t.keys = make([]int64, capacity)
 	t.vals = make([]V, capacity)
 	t.n = 0
-	t.limit = min(capacity-1, int(float64(capacity)*maxLoad)) // always an empty slot: probes end
+	t.limit = tableLimit(capacity)
+}
+
+// tableLimit is the largest number of entries of a table of the given
+// capacity before it grows: always an empty slot, so probes end.
+func tableLimit(capacity int) int {
+	return min(capacity-1, int(float64(capacity)*maxLoad))
 }
 
 // homeSlot returns the first slot to probe for k in a table of capacity
@@ -197,7 +206,7 @@ func (t *longTable[V]) Delete(k int64) {
 	}
 	t.keys[i], t.vals[i] = 0, zero
 	t.n--
-	if c > 64 && t.n < t.limit/4 { // below a load of 0.2: give memory back
+	if c > maxEmptyTableCap && t.n < t.limit/4 { // below a load of 0.2: give memory back
 		if t.n == 0 {
 			t.keys, t.vals, t.limit = nil, nil, 0
 		} else {

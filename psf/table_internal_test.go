@@ -1,6 +1,7 @@
 package psf
 
 import (
+	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -269,5 +270,97 @@ func TestSparseVectorCodec(t *testing.T) {
 	if v, err := NewSparseVector([]int64{3, -1, 2}, []float64{1, 2, 3}); err != nil || !slices.Equal(v.Indices, []int64{-1, 2, 3}) ||
 		!slices.Equal(v.Values, []float64{2, 3, 1}) || v.Get(2) != 3 || v.Get(5) != 0 {
 		t.Errorf("NewSparseVector: %v, %v", v, err)
+	}
+}
+
+// slotEntries encodes t's used slots as encodeTables does: slot, column
+// and value, in slot order.
+func slotEntries(t *longTable[float64]) []byte {
+	var b []byte
+	for i, k := range t.keys {
+		if k != 0 {
+			b = binary.LittleEndian.AppendUint64(b, uint64(i))
+			b = binary.LittleEndian.AppendUint64(b, uint64(k))
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(t.vals[i]))
+		}
+	}
+	return b
+}
+
+// probeRunsFull is checkSlots the slow way, on the slots themselves:
+// slots within c, increasing, columns not 0, and every slot from a
+// column's home to its own used.
+func probeRunsFull(ents []byte, c int) bool {
+	keys := make([]int64, c)
+	prev := -1
+	for j := 0; j < len(ents)/24; j++ {
+		s := binary.LittleEndian.Uint64(ents[24*j:])
+		k := int64(binary.LittleEndian.Uint64(ents[24*j+8:]))
+		if s >= uint64(c) || int(s) <= prev || k == 0 {
+			return false
+		}
+		prev = int(s)
+		keys[s] = k
+	}
+	for s, k := range keys {
+		if k == 0 {
+			continue
+		}
+		for i := homeSlot(k, c); i != s; i = (i + 1) % c {
+			if keys[i] == 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// TestCheckSlots checks that checkSlots accepts every table a server can
+// hold (grown, presized, after deletes, with runs that wrap around) and
+// refuses the same damaged ones as a check on the slots themselves.
+func TestCheckSlots(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	refused := 0
+	for round := range 3000 {
+		var tb *longTable[float64]
+		n := r.IntN(40)
+		if round%3 == 0 {
+			tb = newLongTable[float64](n + r.IntN(40))
+		} else {
+			tb = newLongTable[float64](0)
+		}
+		for _, k := range testKeys(r, n) {
+			tb.Set(k, r.Float64())
+		}
+		for _, k := range testKeys(r, r.IntN(20)) {
+			tb.Delete(k)
+		}
+		c := len(tb.keys)
+		ents := slotEntries(tb)
+		if err := checkSlots(ents, c); err != nil {
+			t.Fatalf("round %d: a table of capacity %d with %d entries: %v", round, c, tb.n, err)
+		}
+		if len(ents) == 0 {
+			continue
+		}
+		// One damaged field: a slot, a column, or the capacity.
+		switch j := r.IntN(len(ents) / 24); r.IntN(3) {
+		case 0:
+			binary.LittleEndian.PutUint64(ents[24*j:], uint64(r.IntN(c+2)))
+		case 1:
+			binary.LittleEndian.PutUint64(ents[24*j+8:], uint64(testKeys(r, 1)[0]))
+		default:
+			c = max(1, c+r.IntN(2*c+1)-c)
+		}
+		want := probeRunsFull(ents, c)
+		if err := checkSlots(ents, c); (err == nil) != want {
+			t.Fatalf("round %d: capacity %d: checkSlots says %v, the slots say valid=%v", round, c, err, want)
+		}
+		if !want {
+			refused++
+		}
+	}
+	if refused < 1000 {
+		t.Fatalf("only %d damaged tables of 3000 refused", refused)
 	}
 }
