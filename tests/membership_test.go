@@ -174,6 +174,13 @@ func TestForgedMetasFromNonMembers(t *testing.T) {
 		}
 		toSched := newForger(t, ctx, "ps13", c.Scheduler.Van().MyNode().Port)
 		stray := newForger(t, ctx, "", c.Scheduler.Van().MyNode().Port)
+		// ctx.Term waits for every socket to be closed: left to the
+		// garbage collector's finalizers, it took from 1 to 100 s.
+		defer func() {
+			for _, f := range append(append(toServers, toWorkers...), toSched, stray) {
+				f.s.Close()
+			}
+		}()
 		stray.send(t, message.Meta{Control: message.Control{Cmd: message.CmdAddNode,
 			Nodes: []message.Node{{Role: message.RoleWorker, ID: message.Empty, Hostname: "127.0.0.1", Port: int32(testcluster.FreePort(t))}}}})
 		for !stop.Load() {
