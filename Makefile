@@ -25,7 +25,7 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 STATICCHECK_VERSION   := v0.8.2
 GOBIN     := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all deps build check test test-poison fuzz nocgo demo proto proto-check bench bench-zmq vet clean netimpair
+.PHONY: all deps build check test test-packages test-poison fuzz nocgo demo proto proto-check bench bench-zmq vet clean netimpair
 
 all: build
 
@@ -45,13 +45,20 @@ vet:
 check: vet
 	$(GO) test -short -count=1 $$($(GO) list ./... | grep -v /tests)
 
-# -parallel 6: the rows of tests/ that mostly wait for a fault's timeouts
-# (t.Parallel) run beside each other once its sequential tests are done;
-# no other package has parallel tests.
-test: vet nocgo build
-	$(GO) test -race -count=1 -timeout 20m -parallel 6 ./...
-	@$(MAKE) --no-print-directory test-poison
-	@$(MAKE) --no-print-directory fuzz
+# make test starts the tests package (tests/) first, with -race: it takes
+# longest, and mostly waits for faults' timeouts and slow links. Everything
+# else runs beside it: vet and staticcheck, nocgo, the other packages with
+# -race, test-poison and fuzz. -parallel 6: the rows of tests/ that mostly
+# wait (t.Parallel) run beside each other once its sequential tests are
+# done; no other package has parallel tests.
+test: build
+	@$(GO) test -race -count=1 -timeout 20m -parallel 6 ./tests/ & tests=$$!; \
+	$(MAKE) --no-print-directory vet nocgo test-packages test-poison fuzz; rc=$$?; \
+	wait $$tests || rc=1; exit $$rc
+
+# The packages but tests/, with -race (make test runs tests/ beside them).
+test-packages:
+	$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/tests$$')
 
 # Each target runs from its committed corpus (testdata/fuzz) for a count of
 # inputs, about 10 s each on a quiet 2-core machine: a duration (-fuzztime
