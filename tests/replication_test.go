@@ -211,8 +211,11 @@ func TestFaultServerRestartedStrict(t *testing.T) {
 // identity from another process, are refused). It stopped the recovered
 // job in 5 of 12 runs before.
 func TestFaultStoppedWorkerReplacedThenContinued(t *testing.T) {
+	// Parallel: it mostly waits (for the stop and the rounds' pauses), so it runs beside the other waiting rows once the package's sequential tests are done (make test's -parallel).
+	t.Parallel()
 	for i := range 2 {
 		t.Run(strconv.Itoa(i), func(t *testing.T) {
+			t.Parallel()
 			const rounds = 150
 			r := startRow(t, false, 2, 2, rounds, heartbeatEnv)
 			victim := r.j.workers[1]
