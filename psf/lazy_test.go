@@ -109,12 +109,12 @@ func TestNeverWrittenRowsStayUnallocated(t *testing.T) {
 // takes long.
 func TestHugeRowNeverWritten(t *testing.T) {
 	j := newJob(t, 1, 1, testcluster.Options{Mem: true, Quiet: true})
-	// ReadMemStats stops the world, which waits for the sweeper. Under
-	// -race, after TestStoreRestoreRefuses's damaged snapshots, that took
-	// longer than ctxT's 30 s in 4 of 5 full runs of the package here:
-	// one damaged sparse row claims a table of 2^29 slots, which a
-	// restore still allocates (15 GB) before it finds the damage. The
-	// calls' deadline starts after it.
+	// ReadMemStats stops the world, which waits for the sweeper: under
+	// -race, freeing a huge object clears its shadow memory in one step.
+	// When a damaged snapshot could still make a restore allocate 15 GB
+	// (TestStoreRestoreRefuses), that took longer than ctxT's 30 s in 4
+	// of 5 full runs of the package here. The calls' deadline starts
+	// after it.
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	ctx := ctxT(t)
