@@ -148,7 +148,31 @@ const (
 	maxCols       = 1 << 48
 	maxServers    = 1 << 16
 	maxPartitions = 1 << 24
+	// A server makes its partitions of a matrix when the matrix is
+	// created, with a header per row of each (8 bytes sparse, 24 dense),
+	// before any value is written: at most this many partitions and rows
+	// per server (512 MiB of headers for a sparse matrix), so that a
+	// mistaken size is refused instead of taking every server's memory.
+	maxServerPartitions = 1 << 20
+	maxServerRows       = 1 << 26
 )
+
+// checkServerShare checks what one server makes when the matrix is
+// created (maxServerPartitions, maxServerRows); the partition count must
+// be within maxPartitions.
+func (m MatrixMeta) checkServerShare() error {
+	parts := int64(m.NumRowBlocks()) * m.NumColBlocks()
+	per := (parts + int64(m.NumServers) - 1) / int64(m.NumServers)
+	switch {
+	case per > maxServerPartitions:
+		return fmt.Errorf("psf: matrix %q: %d partitions on a server (at most 2^20); use larger blocks or more servers", m.Name, per)
+	case per*int64(m.RowBlock) > maxServerRows && m.Type == Sparse:
+		return fmt.Errorf("psf: sparse matrix %q: %d rows; every server holds a column block of every row, and at most 2^26 rows", m.Name, m.Rows)
+	case per*int64(m.RowBlock) > maxServerRows:
+		return fmt.Errorf("psf: matrix %q: up to %d rows of partitions on a server (at most 2^26); use more servers or fewer rows", m.Name, per*int64(m.RowBlock))
+	}
+	return nil
+}
 
 // validate checks a complete meta (which may come from the network: no
 // arithmetic here may overflow).
@@ -179,7 +203,7 @@ func (m MatrixMeta) validate() error {
 	case m.NumColBlocks() > maxPartitions/int64(m.NumRowBlocks()):
 		return fmt.Errorf("psf: matrix %q: more than %d partitions; use larger blocks", m.Name, maxPartitions)
 	}
-	return nil
+	return m.checkServerShare()
 }
 
 // validateSparse checks the meta of a sparse matrix.
@@ -196,7 +220,7 @@ func (m MatrixMeta) validateSparse() error {
 	case m.NumColBlocks() > maxPartitions/int64(m.NumRowBlocks()):
 		return fmt.Errorf("psf: matrix %q: more than %d partitions; use larger row blocks", m.Name, maxPartitions)
 	}
-	return nil
+	return m.checkServerShare()
 }
 
 // NumRowBlocks returns the number of row blocks.

@@ -66,11 +66,34 @@ func TestValidate(t *testing.T) {
 		{Name: "x", Rows: 1 << 20, Cols: 1 << 20, RowBlock: 1 << 20, ColBlock: 1 << 20},
 		{Name: "x", Rows: 1 << 30, Cols: 1 << 30, RowBlock: 1, ColBlock: 1},
 		{Name: "x", Rows: 1, Cols: 1, NumServers: -1},
+		// More than a server may make at creation: rows (2^27 row headers
+		// on a server), partitions (2^21 on each of 2 servers).
+		{Name: "x", Type: Sparse, Rows: 1 << 27},
+		{Name: "x", Type: Sparse, Rows: 1 << 27, RowBlock: 1 << 10},
+		{Name: "x", Rows: 1 << 27, Cols: 2},
+		{Name: "x", Rows: 1 << 22, Cols: 1, RowBlock: 1, ColBlock: 1},
 	}
 	for _, m := range bad {
 		if _, err := m.withDefaults(2); err == nil {
 			t.Errorf("%+v accepted", m)
 		}
+	}
+	// Just within those bounds.
+	for _, c := range []struct {
+		m       MatrixMeta
+		servers int
+	}{
+		{MatrixMeta{Name: "x", Type: Sparse, Rows: 1 << 26}, 2},
+		{MatrixMeta{Name: "x", Rows: 1 << 27, Cols: 2, RowBlock: 1 << 20}, 4},
+		{MatrixMeta{Name: "x", Rows: 1 << 21, Cols: 1, RowBlock: 1, ColBlock: 1}, 2},
+	} {
+		if _, err := c.m.withDefaults(c.servers); err != nil {
+			t.Errorf("%+v on %d servers: %v", c.m, c.servers, err)
+		}
+	}
+	_, err := MatrixMeta{Name: "x", Type: Sparse, Rows: 1 << 27}.withDefaults(2)
+	if err == nil || !strings.Contains(err.Error(), "2^26 rows") {
+		t.Errorf("a sparse matrix of 2^27 rows: %v", err)
 	}
 }
 
