@@ -9,7 +9,6 @@ import (
 	"io"
 	"math"
 	"slices"
-	"sort"
 
 	"github.com/gopslite/pslite/kv"
 )
@@ -361,7 +360,8 @@ func parseTables(body []byte, pm PartitionMeta) ([]*longTable[float64], error) {
 // encodeTables writes them (slot, column, value, in slot order), without
 // allocating: every slot is within c, after the one before it, and holds a
 // column other than 0, and the slots from the column's home to its own
-// are all used, as linear probing leaves them.
+// are all used, as linear probing leaves them. One pass over the runs of
+// used slots: an entry's home must be in its run, at or before it.
 func checkSlots(ents []byte, c int) error {
 	u := len(ents) / 24
 	slot := func(j int) int { return int(binary.LittleEndian.Uint64(ents[24*j:])) }
@@ -374,21 +374,28 @@ func checkSlots(ents []byte, c int) error {
 		}
 		prev = int(s)
 	}
+	// A run that holds the last slot goes on at slot 0 when that is used:
+	// wrap is where it starts (-1: no run wraps).
+	wrap := -1
+	if u > 0 && slot(0) == 0 && slot(u-1) == c-1 {
+		j := u - 1
+		for j > 0 && slot(j-1) == slot(j)-1 {
+			j--
+		}
+		wrap = slot(j)
+	}
+	start := 0
 	for j := range u {
 		s, k := slot(j), int64(binary.LittleEndian.Uint64(ents[24*j+8:]))
-		h := homeSlot(k, c)
-		// The slots are distinct and sorted: [h, s] is full when it holds
-		// as many used slots as it has slots; a run that wraps is [h, c)
-		// and [0, s].
-		full := false
-		if h <= s {
-			first := sort.Search(j+1, func(i int) bool { return slot(i) >= h })
-			full = j-first == s-h
-		} else {
-			first := sort.Search(u, func(i int) bool { return slot(i) >= h })
-			full = u-first == c-h && j == s
+		if j == 0 || s != slot(j-1)+1 {
+			start = s
 		}
-		if !full {
+		h := homeSlot(k, c)
+		ok := start <= h && h <= s
+		if start == 0 && wrap >= 0 {
+			ok = h <= s || h >= wrap
+		}
+		if !ok {
 			return fmt.Errorf("column %d is in slot %d of capacity %d, where a lookup does not find it", k, s, c)
 		}
 	}
