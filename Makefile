@@ -51,7 +51,7 @@ check: vet
 # -race, test-poison and fuzz. -parallel 6: the rows of tests/ that mostly
 # wait (t.Parallel) run beside each other once its sequential tests are
 # done; no other package has parallel tests. -timeout 40m: beside the rest
-# and two CPU burners, tests/ took 1202 s here (14 min alone on a quiet
+# and two CPU burners, tests/ took 1202 s here (about 12 minutes alone on a quiet
 # machine); the timeout is for a hang, which every test bounds anyway.
 test: build
 	@$(GO) test -race -count=1 -timeout 40m -parallel 6 ./tests/ & tests=$$!; \
