@@ -290,9 +290,18 @@ func TestFaultSchedulerKilled(t *testing.T) {
 }
 
 // Rows: short faults complete with exact counts: a server's link down 5 s
-// (heartbeat timeout 10 s, and heartbeats off), a server stopped 20 s
+// (heartbeat timeout 30 s, and heartbeats off), a server stopped 20 s
 // (heartbeat timeout 30 s, and heartbeats off). A silence shorter than
 // PS_HEARTBEAT_TIMEOUT is no fault.
+//
+// A link down d seconds leaves a longer silence than d: TCP retransmits a
+// lost segment 0.2, 0.6, 1.4, 3.0, 6.2, 12.6 s after sending it (its
+// timeout doubles), so the first packet through after the link returns
+// can come up to about 2d later. The cut here lasts 5 s plus the time
+// netns.sh takes to bring the link down and up, over 6.2 s on a loaded
+// machine, and the next retransmission is then 12.6 s after the cut: with
+// a 10 s timeout this row failed (burner run 29: both ends of the
+// scheduler's link to the server timed out together).
 func TestFaultShortFaultsComplete(t *testing.T) {
 	// Parallel: it mostly waits (for a fault's timeouts), so it runs beside the other waiting rows once the package's sequential tests are done (make test's -parallel).
 	t.Parallel()
@@ -304,7 +313,7 @@ func TestFaultShortFaultsComplete(t *testing.T) {
 		heal  func(t *testing.T, r *row, p *proc)
 		for_  time.Duration
 	}{
-		{"link down 5s", true, []string{"PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=10"}, linkDown, linkUp, 5 * time.Second},
+		{"link down 5s", true, []string{"PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=30"}, linkDown, linkUp, 5 * time.Second},
 		{"link down 5s, heartbeats off, resend", true, []string{"PS_RESEND=1"}, linkDown, linkUp, 5 * time.Second},
 		{"stopped 20s", false, []string{"PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=30"}, stop, cont, 20 * time.Second},
 		{"stopped 20s, heartbeats off", false, nil, stop, cont, 20 * time.Second},
