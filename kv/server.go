@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gopslite/pslite/internal/hugemem"
 	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/metrics"
 	"github.com/gopslite/pslite/postoffice"
@@ -305,7 +306,7 @@ func (h *DefaultHandle[V]) pull(keys []uint64, withLens bool) KVPairs[V] {
 		}
 		total += n
 	}
-	res.Vals = make([]V, 0, total)
+	res.Vals = hugemem.Make[V](total)[:0] // a large answer's pages fault in by the 2 MiB
 	if !uniform {
 		res.Lens = make([]int32, len(keys))
 	}

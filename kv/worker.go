@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gopslite/pslite/internal/hugemem"
 	"github.com/gopslite/pslite/internal/tsmap"
 	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/metrics"
@@ -545,7 +546,9 @@ func (w *KVWorker[V]) assemble(p *pulling[V]) error {
 		// One answer of our own and no room: hand over its values.
 		vals, handedOver = parts[0].vals, true
 	case len(vals) == 0:
-		vals = make([]V, totalVals)
+		// Fresh memory: a large pull's pages fault in by the 2 MiB, not
+		// the 4 KiB (internal/hugemem).
+		vals = hugemem.Make[V](totalVals)
 	case len(vals) != totalVals:
 		return fmt.Errorf("kv: pull got %d values but the destination holds %d", totalVals, len(vals))
 	}

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gopslite/pslite/internal/hugemem"
 	"github.com/gopslite/pslite/van/internal/quarantine"
 )
 
@@ -16,7 +17,7 @@ const lendMin = 512 << 10
 // bufPool keeps the buffers of large received frames once their handlers
 // are done with them, for the next ones: a fresh buffer costs a page fault
 // per 4 KiB, more than receiving the bytes into it (a new one asks for huge
-// pages, see adviseHuge). It keeps at most poolBuffers buffers and
+// pages, see internal/hugemem). It keeps at most poolBuffers buffers and
 // poolBytes bytes.
 //
 // Poisoned buffers (Options.PoisonLent) are never reused: they wait in a
@@ -53,7 +54,7 @@ func (p *bufPool) get(n int) []byte {
 		return b
 	}
 	b := make([]byte, n)
-	adviseHuge(b)
+	hugemem.Advise(b)
 	return b
 }
 

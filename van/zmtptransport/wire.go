@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"sync/atomic"
+
+	"github.com/gopslite/pslite/internal/hugemem"
 )
 
 // ZMTP 3.1 (https://rfc.zeromq.org/spec/37/) with the NULL mechanism, as
@@ -382,7 +384,7 @@ func (fr *frameReader) readFrame(size int, pooled bool) ([]byte, error) {
 		}
 		nb := make([]byte, min(2*len(b), size))
 		if pooled {
-			adviseHuge(nb)
+			hugemem.Advise(nb)
 		}
 		copy(nb, b[:n])
 		b = nb

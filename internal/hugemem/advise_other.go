@@ -1,0 +1,6 @@
+//go:build !linux
+
+package hugemem
+
+// Advise does nothing off Linux.
+func Advise([]byte) {}
