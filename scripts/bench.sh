@@ -104,6 +104,7 @@ run() { # program servers workers args...
   for ((try = 1; ; try++)); do
     out=$(mktemp)
     echo "LOAD $(cut -d' ' -f1 /proc/loadavg)" >"$out"
+    echo "FAULT $(build/psbench faultcost)" >>"$out"
     if DMLC_NODE_HOST=127.0.0.1 $how scripts/local.sh "$s" "$w" "$p" "$@" | tee -a "$out" | { grep -v '^RESULT' || true; } >&2; then
       cat "$out" >>"$results"
       rm -f "$out"
@@ -147,6 +148,7 @@ kv_record() { # label log
 }
 kv_benchmark() { # label binary
   local log how=env
+  echo "FAULT $(build/psbench faultcost)" >>"$results"
   [ "$1" != ours ] || how=ours
   log=$(DMLC_NODE_HOST=127.0.0.1 $how scripts/local.sh 1 1 "$2" 2>&1) || { echo "$log" >&2; return 1; }
   kv_record "$1" "$log"
@@ -154,6 +156,7 @@ kv_benchmark() { # label binary
 # kv_mixed runs our scheduler and server with a C++ worker.
 kv_mixed() { # cpp-binary
   local port log pids=()
+  echo "FAULT $(build/psbench faultcost)" >>"$results"
   port=$((20000 + RANDOM % 20000))
   export DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=1 DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$port DMLC_NODE_HOST=127.0.0.1
   DMLC_ROLE=scheduler ours build/test_kv_app_benchmark >/dev/null 2>&1 &

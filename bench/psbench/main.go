@@ -5,6 +5,7 @@
 //
 //	scripts/local.sh 1 1 build/psbench -mode=all -n=10000000
 //	build/psbench report < results.txt > docs/PERFORMANCE.md
+//	build/psbench faultcost   # microseconds to fault in a fresh 4 KiB page
 //
 // Worker rank 0 prints one JSON object per result on lines starting with
 // "RESULT " and a human-readable table at the end. Servers store nothing:
@@ -100,6 +101,15 @@ func main() {
 			fmt.Fprintln(os.Stderr, "psbench compare:", err)
 			os.Exit(1)
 		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "faultcost" {
+		d, err := faultCost()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "psbench faultcost:", err)
+			os.Exit(1)
+		}
+		fmt.Printf("%.2f\n", float64(d.Nanoseconds())/1e3) // microseconds per 4 KiB page
 		return
 	}
 	flag.Parse()

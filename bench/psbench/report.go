@@ -46,12 +46,18 @@ func report(r io.Reader, w io.Writer) error {
 	var rs []Result
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	var loads []float64
+	var loads, faults []float64
 	for sc.Scan() {
 		line := sc.Text()
 		if v, ok := strings.CutPrefix(line, "LOAD "); ok {
 			if x, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
 				loads = append(loads, x)
+			}
+			continue
+		}
+		if v, ok := strings.CutPrefix(line, "FAULT "); ok {
+			if x, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+				faults = append(faults, x)
 			}
 			continue
 		}
@@ -94,6 +100,10 @@ func report(r io.Reader, w io.Writer) error {
 		_, lm, _ := quartiles(loads)
 		fmt.Fprintf(w, "The machine's load (1-minute load average) at the start of the %d runs: median %.2f, max %.2f.\n\n", len(loads), lm, slices.Max(loads))
 	}
+	if len(faults) > 0 {
+		_, fm, _ := quartiles(faults)
+		fmt.Fprintf(w, "The time to fault in a fresh 4 KiB page (`psbench faultcost`, before each run): median %.1f us, from %.1f to %.1f. Cold runs pay it for every page they touch first (test_kv_app_benchmark's 1e7 keys and values, C++ ps-lite's and raw zmq's fresh buffers), and on this virtual machine it changes with the host from hour to hour (from about 2 to 60 us), moving those rows with it.\n\n", fm, slices.Min(faults), slices.Max(faults))
+	}
 	fmt.Fprintf(w, "%s\n\n", vanSentence(reportVan))
 	fmt.Fprintf(w, "Jobs run through scripts/local.sh, which gives each Go node, unless `GOMAXPROCS` is set, the cores it may use divided by the job's servers and workers (at least 1), as docs/DEPLOY.md advises for nodes that share a machine; C++ nodes are not affected. The job of a C++ worker with our scheduler and server is launched by hand, with Go's default (every core).\n\n")
 	fmt.Fprintf(w, "What was changed to get here, and what limits the targets not met, with the profiles: [PERFORMANCE-NOTES.md](PERFORMANCE-NOTES.md).\n\n")
@@ -102,7 +112,7 @@ func report(r io.Reader, w io.Writer) error {
 	if len(kvBench) > 0 {
 		writeKVBench(w, kvBench)
 	}
-	fmt.Fprintf(w, "\n## Reproduce\n\n`make bench` runs the Go micro-benchmarks and `scripts/bench.sh`, which launches `build/psbench` through `scripts/local.sh` for each layout and size and pipes the `RESULT` lines into `build/psbench report`. With `PSLITE_CPP_BUILD` naming a C++ ps-lite build (a checkout built with its Makefile, or a CMake build directory; see the script), it builds bench/cpp/psbench.cc into `build/cpp-psbench`, runs it alternately with ours for seven rounds (`BENCH_ROUNDS`), which goes first swapping every round, and runs C++ ps-lite's `test_kv_app_benchmark` next to ours and a C++ worker against our scheduler and server. One measurement: `scripts/local.sh 1 1 build/psbench -mode=latency` (modes: bulk, latency, window, memory; `-ops`, `-n`, `-repeat`, `-iters`, `-window`, `-requests`; `build/cpp-psbench` takes the same); `PS_CPUPROFILE=prefix` writes a CPU profile per process, `PS_TRACE=prefix` an execution trace.\n")
+	fmt.Fprintf(w, "\n## Reproduce\n\n`make bench` runs the Go micro-benchmarks and `scripts/bench.sh`, which launches `build/psbench` through `scripts/local.sh` for each layout and size and pipes the `RESULT` lines into `build/psbench report`. With `PSLITE_CPP_BUILD` naming a C++ ps-lite build (a checkout built with its Makefile, or a CMake build directory; see the script), it builds bench/cpp/psbench.cc into `build/cpp-psbench`, runs it alternately with ours for seven rounds (`BENCH_ROUNDS`), which goes first swapping every round, and runs C++ ps-lite's `test_kv_app_benchmark` next to ours and a C++ worker against our scheduler and server. One measurement: `scripts/local.sh 1 1 build/psbench -mode=latency` (modes: bulk, latency, window, memory; `-ops`, `-n`, `-repeat`, `-iters`, `-window`, `-requests`; `build/cpp-psbench` takes the same); `PS_CPUPROFILE=prefix` writes a CPU profile per process, `PS_TRACE=prefix` an execution trace; `build/psbench faultcost` prints the page-fault cost in microseconds.\n")
 	return nil
 }
 

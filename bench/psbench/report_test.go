@@ -9,8 +9,11 @@ import (
 func TestReportTargetsAndComparison(t *testing.T) {
 	in := strings.Join([]string{
 		`LOAD 1.5`,
+		`FAULT 4.5`,
 		`RESULT {"name":"bulk_push","servers":1,"workers":1,"keys":10000000,"value":150,"unit":"ms","raw":300,"ratio":0.5,"tcp":100}`,
 		`LOAD 3.0`,
+		`FAULT 30`,
+		`FAULT 2.25`,
 		`RESULT {"name":"bulk_pull","servers":1,"workers":1,"keys":10000000,"value":400,"unit":"ms","raw":300,"ratio":1.33,"tcp":200}`,
 		`LOAD 2`,
 		`RESULT {"name":"bulk_push","servers":1,"workers":1,"keys":1000000,"value":99,"unit":"ms","raw":10,"ratio":9.9}`,
@@ -52,6 +55,7 @@ func TestReportTargetsAndComparison(t *testing.T) {
 	md := out.String()
 	for _, want := range []string{
 		"The machine's load (1-minute load average) at the start of the 3 runs: median 2.00, max 3.00.",
+		"The time to fault in a fresh 4 KiB page (`psbench faultcost`, before each run): median 4.5 us, from 2.2 to 30.0.",
 		// 1e7 pull at 2x misses the TCP target; 1e6 is not a target.
 		"| warm bulk push and pull of 1e7 keys: within 1.5x of the TCP limit | 1x1 push 1.50x; 1x1 pull 2.00x | no |",
 		// 1x1: 100000/50000 = 2.00x; 2x2: rounds 100/100, 160/300 and
