@@ -18,7 +18,6 @@ const empty = message.Empty
 const (
 	DefaultConnGrace      = time.Second
 	DefaultConnectTimeout = 10 * time.Second
-	DefaultFinalGrace     = 60 * time.Second
 )
 
 // Config describes the node a Core runs and the job it belongs to.
@@ -56,17 +55,6 @@ type Config struct {
 	// ConnectTimeout is how long a new connection may take to come up
 	// (default DefaultConnectTimeout).
 	ConnectTimeout time.Duration
-	// FinalGrace is how long a server or worker waiting for the release of
-	// its final barrier waits, once the scheduler's connection closed, for
-	// that release before it counts the scheduler as dead (default
-	// DefaultFinalGrace). A scheduler closes its connections once it has
-	// released everyone, and a release can still be on its way: over a
-	// lossy link TCP's backed-off retransmission delays a message by tens of
-	// seconds (here, with 10% loss each way, 73 of 6,393 small messages on
-	// 16 connections took over 10 s, the slowest 32 s). It arrives on the scheduler's own connection to
-	// this node, before that connection's end, whatever becomes of the
-	// scheduler's process.
-	FinalGrace time.Duration
 	// RecoveryWait is how long the scheduler waits, after a server or worker
 	// is declared dead, for a replacement to take its place before it
 	// declares the job failed. Zero fails the job at once (a replacement
@@ -117,9 +105,6 @@ func (cfg *Config) check() error {
 	}
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = DefaultConnectTimeout
-	}
-	if cfg.FinalGrace == 0 {
-		cfg.FinalGrace = DefaultFinalGrace
 	}
 	return nil
 }

@@ -404,67 +404,6 @@ func TestStopAfterFinalBarrier(t *testing.T) {
 	}
 }
 
-// A release delayed on its way (TCP retransmitting it over a lossy link)
-// while the scheduler, done with everyone else, closes its connections: the
-// node waits for it for FinalGrace, heartbeats or not, and then fails
-// naming the scheduler. Its connection closing within ConnGrace of the
-// release, or the scheduler's silence past the heartbeat timeout, used to
-// fail the node (burner run 30).
-func TestDelayedFinalRelease(t *testing.T) {
-	for _, c := range []struct {
-		name   string
-		tweak  func(*Config)
-		arrive bool
-	}{
-		{"arrives", nil, true},
-		{"arrives, heartbeats", heartbeatsOn, true},
-		{"never comes", nil, false},
-		{"never comes, heartbeats", heartbeatsOn, false},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			s := newSim(t, 2, 2, c.tweak)
-			s.startAll()
-			s.tick(3*time.Second, 500*time.Millisecond)
-			late := s.node("worker1")
-			s.cut[[2]string{schedAddr, late.addr}] = nil // what the scheduler sends it is held
-			for _, n := range s.nodes {
-				n.core.Finalizing()
-			}
-			s.barrier(message.AllGroup, all...)
-			if late.count(EventBarrierDone) != 0 {
-				t.Fatal("the held release arrived")
-			}
-			s.kill(s.node("scheduler"))
-			s.tick(DefaultFinalGrace-time.Second, 500*time.Millisecond)
-			if ev := late.has(EventFailed); ev != nil {
-				t.Fatalf("failed %v after the scheduler closed, within FinalGrace: %v", DefaultFinalGrace-time.Second, ev.Err)
-			}
-			if c.arrive {
-				s.heal()
-				s.deliver()
-				s.tick(2*DefaultFinalGrace, time.Second)
-				if late.count(EventBarrierDone) != 1 || late.core.Phase() != PhaseDone || late.has(EventFailed) != nil {
-					t.Fatalf("after the release: %d releases, phase %v, events %v", late.count(EventBarrierDone), late.core.Phase(), late.events)
-				}
-				return
-			}
-			s.tick(2*time.Second, 500*time.Millisecond)
-			ev := late.has(EventFailed)
-			if ev == nil {
-				t.Fatalf("no failure %v after the scheduler closed, the release never sent", DefaultFinalGrace+time.Second)
-			}
-			if msg := ev.Err.Error(); !strings.Contains(msg, "scheduler (node 1)") || !strings.Contains(msg, "final barrier") {
-				t.Errorf("failure: %v", ev.Err)
-			}
-			for _, name := range []string{"server0", "server1", "worker0"} {
-				if n := s.node(name); n.has(EventFailed) != nil || n.core.Phase() != PhaseDone {
-					t.Errorf("%s: phase %v, events %v", name, n.core.Phase(), n.events)
-				}
-			}
-		})
-	}
-}
-
 // Lossy links (messages lost, as with PS_DROP_MSG) with heartbeats: a few
 // lost heartbeats are no fault.
 func TestLossyLinks(t *testing.T) {

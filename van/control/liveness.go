@@ -334,16 +334,6 @@ func (c *Core) hearsScheduler(now time.Time) bool {
 
 // lost says how p is lost, or "" while it looks alive.
 func (c *Core) lost(p *peer, now time.Time) string {
-	if c.finalizing && !c.IsScheduler() && p == c.peers[message.Scheduler] && c.cfg.ConnEvents && !p.connUp && p.everUp && !p.downSince.IsZero() {
-		// Waiting for the final release, with the scheduler's connection
-		// closed: the scheduler ends so once it released everyone, and the
-		// release may still be on its way (Config.FinalGrace). Its silence
-		// since is no sign either.
-		if now.Sub(p.downSince) >= c.cfg.FinalGrace {
-			return fmt.Sprintf("its connection closed %v ago, and the release of this node's final barrier never came", c.cfg.FinalGrace)
-		}
-		return ""
-	}
 	if c.heartbeats() && now.Sub(p.lastHeard) > c.cfg.HeartbeatTimeout {
 		return fmt.Sprintf("nothing heard from it for %v (PS_HEARTBEAT_TIMEOUT)", c.cfg.HeartbeatTimeout)
 	}
