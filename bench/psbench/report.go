@@ -102,7 +102,7 @@ func report(r io.Reader, w io.Writer) error {
 	}
 	if len(faults) > 0 {
 		_, fm, _ := quartiles(faults)
-		fmt.Fprintf(w, "The time to fault in a fresh 4 KiB page (`psbench faultcost`, before each run): median %.1f us, from %.1f to %.1f. Cold runs pay it for every page they touch first (test_kv_app_benchmark's 1e7 keys and values, C++ ps-lite's and raw zmq's fresh buffers), and on this virtual machine it changes with the host from hour to hour (from about 2 to 60 us), moving those rows with it.\n\n", fm, slices.Min(faults), slices.Max(faults))
+		fmt.Fprintf(w, "The time to fault in a fresh 4 KiB page (`psbench faultcost`, before each run): median %.1f us, from %.1f to %.1f. Cold runs pay it for every page they touch first (test_kv_app_benchmark's 1e7 keys and values, C++ ps-lite's and raw zmq's fresh buffers), and on a virtual machine it can change with the host from hour to hour (here 15 us quietly and 44-97 us under load on one day, and cold C++ runs five times slower at noon than at midnight), moving those rows with it (docs/PERFORMANCE-NOTES.md).\n\n", fm, slices.Min(faults), slices.Max(faults))
 	}
 	fmt.Fprintf(w, "%s\n\n", vanSentence(reportVan))
 	fmt.Fprintf(w, "Jobs run through scripts/local.sh, which gives each Go node, unless `GOMAXPROCS` is set, the cores it may use divided by the job's servers and workers (at least 1), as docs/DEPLOY.md advises for nodes that share a machine; C++ nodes are not affected. The job of a C++ worker with our scheduler and server is launched by hand, with Go's default (every core).\n\n")
