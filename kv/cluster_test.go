@@ -92,12 +92,24 @@ func pushPullExact[V message.Value](t *testing.T, van string, n int) {
 // Pushes, a pull and a push-pull of every value type, each value checked,
 // on every transport at sizes below and above the lending threshold
 // (frames of 512 KiB): 1,000 keys, and 300,000 keys, which lend 1.2 MB of
-// keys and 600 KB of float32 values to each of the two servers.
+// keys and 600 KB of float32 values to each of the two servers. And above
+// the size from which fresh value slices ask for huge pages (two huge
+// pages, 4 MiB: internal/hugemem), both in a worker's pull destination and
+// in DefaultHandle's answer: 1,200,000 float64 keys, 9.6 MB of values a
+// worker pulls, 4.8 MB a server answers.
 func TestPushPullTypes(t *testing.T) {
 	for _, van := range testcluster.Vans() {
 		for _, n := range []int{1000, 300000} {
 			t.Run(fmt.Sprintf("float32/%s/keys=%d", van, n), func(t *testing.T) { pushPullExact[float32](t, van, n) })
 		}
+	}
+	for _, van := range testcluster.Vans()[:min(2, len(testcluster.Vans()))] {
+		t.Run(fmt.Sprintf("float64/%s/keys=1200000", van), func(t *testing.T) {
+			if testing.Short() {
+				t.Skip("25 s with -race")
+			}
+			pushPullExact[float64](t, van, 1_200_000)
+		})
 	}
 	t.Run("float64", func(t *testing.T) { pushPullExact[float64](t, "mem", 300000) })
 	t.Run("int32", func(t *testing.T) { pushPullExact[int32](t, "mem", 1000) })
