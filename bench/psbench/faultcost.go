@@ -2,8 +2,9 @@ package main
 
 import (
 	"fmt"
-	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // faultBytes is how much fresh memory faultCost touches: 16,384 pages of 4
@@ -21,17 +22,17 @@ func faultCost() (time.Duration, error) {
 	const page = 4096
 	var passes [3]time.Duration
 	for i := range passes {
-		b, err := syscall.Mmap(-1, 0, faultBytes, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+		b, err := unix.Mmap(-1, 0, faultBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
 		if err != nil {
 			return 0, fmt.Errorf("mmap: %w", err)
 		}
-		_ = syscall.Madvise(b, 15) // MADV_NOHUGEPAGE; an error leaves the default
+		_ = unix.Madvise(b, unix.MADV_NOHUGEPAGE) // an error leaves the default
 		start := time.Now()
 		for off := 0; off < len(b); off += page {
 			b[off] = 1
 		}
 		passes[i] = time.Since(start) / (faultBytes / page)
-		if err := syscall.Munmap(b); err != nil {
+		if err := unix.Munmap(b); err != nil {
 			return 0, fmt.Errorf("munmap: %w", err)
 		}
 	}
