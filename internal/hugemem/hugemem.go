@@ -11,8 +11,8 @@ const Page = 2 << 20
 func Make[V any](n int) []V {
 	v := make([]V, n)
 	var zero V
-	if size := int(unsafe.Sizeof(zero)); size > 0 && n >= 2*Page/size {
-		Advise(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), n*size))
+	if size := int(unsafe.Sizeof(zero)); size > 0 {
+		Advise(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), n*size)) // small ones it leaves alone
 	}
 	return v
 }
