@@ -1,13 +1,17 @@
 package kv_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gopslite/pslite/internal/testcluster"
 	"github.com/gopslite/pslite/kv"
+	"github.com/gopslite/pslite/message"
 	"github.com/gopslite/pslite/postoffice"
 )
 
@@ -141,6 +145,67 @@ func TestLentRequests(t *testing.T) {
 			poison := math.Float64frombits(0xDBDBDBDBDBDBDBDB)
 			if len(kept) == 0 || kept[0] != poison || kept[len(kept)-1] != poison {
 				t.Fatalf("a view kept past the handle reads %v...%v, want the poison", kept[0], kept[len(kept)-1])
+			}
+		})
+	}
+}
+
+// A pull answered by one server and then failed by the loss of the other
+// gives back the lent memory the first answer held: the worker keeps a
+// non-final answer's lent values (no copy) until the pull is assembled or
+// fails. Values of 300,000 keys a server are lent on every transport.
+func TestFailedPullGivesBackHeldAnswer(t *testing.T) {
+	for _, van := range testcluster.Vans() {
+		t.Run(van, func(t *testing.T) {
+			before := message.LiveLoans()
+			c := testcluster.New(t, 2, 1, testcluster.Options{Van: van})
+			reached := make(chan struct{})
+			var once sync.Once
+			for _, p := range c.Servers {
+				s, err := kv.NewKVServer[float32](p, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				h := kv.NewDefaultHandle[float32]().Handle
+				if p.MyRank() == 0 {
+					h = func(kv.KVMeta, kv.KVPairs[float32], *kv.KVServer[float32]) {
+						once.Do(func() { close(reached) }) // and never answers
+					}
+				}
+				if err := s.SetRequestHandle(h); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w, err := kv.NewKVWorker[float32](c.Workers[0], 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys := make([]uint64, 600000)
+			for i := range keys {
+				keys[i] = message.MaxKey / uint64(len(keys)) * uint64(i)
+			}
+			var vals []float32
+			ts, err := w.Pull(keys, &vals, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-reached
+			// Server 1's answer is held once the worker has taken it.
+			deadline := time.Now().Add(20 * time.Second)
+			for message.LiveLoans() <= before {
+				if time.Now().After(deadline) {
+					t.Fatal("server 1's answer never held a loan at the worker")
+				}
+				time.Sleep(time.Millisecond) // polls a condition, with a deadline
+			}
+			c.Servers[0].Van().Stop()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := w.WaitContext(ctx, ts); !errors.Is(err, kv.ErrServerLost) {
+				t.Fatalf("Wait = %v, want ErrServerLost", err)
+			}
+			if n := message.LiveLoans(); n != before {
+				t.Errorf("%d loans live after the failed pull, %d before it", n, before)
 			}
 		})
 	}

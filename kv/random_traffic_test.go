@@ -174,6 +174,11 @@ func randomTraffic(t *testing.T, van string, ops int) {
 		t.Errorf("%d loans dropped without a hold", n)
 	}
 	c.Finalize(t)
+	// Pulls answered by two servers hold the first answer's loan until
+	// they are assembled: every loan must be back.
+	if n := message.LiveLoans(); n != 0 {
+		t.Errorf("%d loans not given back after the job", n)
+	}
 }
 
 // trafficClient runs ops random requests of one client and checks every

@@ -113,28 +113,65 @@ func NewKVWorker[V message.Value](po *postoffice.Postoffice, appID, customerID i
 	w.cust.SetNodeDownHandler(w.nodeDown)
 	w.cust.SetFilter(w.accept)
 	w.startRouting()
-	// Pull responses keep only their values (copied) and key bounds, so the
-	// received keys need no copy.
+	// Pull responses keep only their values and key bounds (holding lent
+	// memory until the pull is assembled), so the received keys need no copy.
 	w.cust.SetTakesLent(true)
 	w.cust.Resume()
 	return w, nil
 }
 
 // pullPart is one server's answer to a pull: the bounds of its keys, and
-// its values and lens. The last answer of a pull keeps views of the
-// received message (lent, when the transport lent its memory): it is
-// assembled before its message is given back. Earlier answers own copies.
+// its values and lens, views of the received message (lent, when the
+// transport lent its memory). The last answer of a pull is assembled before
+// its message is given back; earlier answers hold the loans of their lent
+// views (keep) until the pull is assembled or dropped (release). Holding,
+// not copying: a copy of a large answer is fresh memory, a fault per page,
+// on every pull.
 type pullPart[V message.Value] struct {
 	first, last uint64
 	keys        int
 	vals        []V
 	lens        []int32
-	lent        bool // vals is a view of lent memory
+	lent        bool      // vals is a view of lent memory
+	drops       [2]func() // the holds keep took, dropped by release
 }
 
-// ownSlice returns s, or a copy of it when it is a view of lent memory.
-func ownSlice[T message.Value](s []T, lent bool) []T {
-	if !lent || len(s) == 0 {
+// keep makes the part's views of msg's lent frames outlive msg.
+func (p *pullPart[V]) keep(msg *message.Message) {
+	if msg.IsLent(1) {
+		p.vals = holdLent(p.vals, &p.drops[0])
+	}
+	if msg.IsLent(2) {
+		p.lens = holdLent(p.lens, &p.drops[1])
+	}
+}
+
+// release gives up the holds keep took.
+func (p *pullPart[V]) release() {
+	for i, drop := range p.drops {
+		if drop != nil {
+			p.drops[i] = nil
+			drop()
+		}
+	}
+}
+
+// releaseParts gives up the holds of parts.
+func releaseParts[V message.Value](parts []pullPart[V]) {
+	for i := range parts {
+		parts[i].release()
+	}
+}
+
+// holdLent holds the loan s is a view of, setting *drop to give the hold
+// up, and returns s; memory that is not lent any more (which a message's
+// lent frame always is until the message is released) is copied instead.
+func holdLent[T message.Value](s []T, drop *func()) []T {
+	if len(s) == 0 {
+		return s
+	}
+	if d, ok := message.HoldLent(message.Frame(s)); ok {
+		*drop = d
 		return s
 	}
 	own, err := message.Values[T](message.Clone(message.Frame(s)))
@@ -410,8 +447,13 @@ func (w *KVWorker[V]) send(push, pull bool, o reqOptions, kvs KVPairs[V], dest p
 
 func (w *KVWorker[V]) dropRequest(ts int) {
 	w.mu.Lock()
+	r, ok := w.reqs.Get(ts)
 	w.reqs.Delete(ts)
 	w.mu.Unlock()
+	if ok && r.pull != nil {
+		// Deleted under the lock: no answer is added to it any more.
+		releaseParts(r.pull.parts)
+	}
 }
 
 // finish completes request ts, which has all its answers: it puts a pull's
@@ -475,18 +517,21 @@ func (w *KVWorker[V]) process(msg *message.Message) {
 			vals: kvs.Vals, lens: kvs.Lens, lent: msg.IsLent(1)}
 		if (msg.IsLent(1) || msg.IsLent(2)) && !w.lastAnswer(ts, rank) {
 			// It must outlive its message, which is given back on return.
-			part.vals, part.lens, part.lent = ownSlice(kvs.Vals, msg.IsLent(1)), ownSlice(kvs.Lens, msg.IsLent(2)), false
+			part.keep(msg)
 		}
 	}
 	w.mu.Lock()
 	r, ok := w.reqs.Get(ts)
 	if !ok { // failed meanwhile
 		w.mu.Unlock()
+		part.release()
 		return
 	}
 	r.waiting = slices.DeleteFunc(r.waiting, func(x int) bool { return x == rank })
 	if msg.Meta.Pull && r.pull != nil { // (values answering a push are ignored)
 		r.pull.parts = append(r.pull.parts, part)
+	} else {
+		defer part.release()
 	}
 	w.loss.answered(rank, msg, r.push)
 	last := len(r.waiting) == 0
@@ -519,6 +564,7 @@ func (w *KVWorker[V]) log() *zerolog.Logger { l := w.po.Logger(); return &l }
 // order.
 func (w *KVWorker[V]) assemble(p *pulling[V]) error {
 	parts, dest := p.parts, &p.dest
+	defer releaseParts(parts)
 	sort.Slice(parts, func(i, j int) bool { return parts[i].first < parts[j].first })
 	totalKeys, totalVals := 0, 0
 	for _, p := range parts {
