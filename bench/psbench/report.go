@@ -47,8 +47,13 @@ func report(r io.Reader, w io.Writer) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	var loads, faults []float64
+	cppMalloc := "" // GLIBC_TUNABLES of the C++ runs, "-" when none was recorded
 	for sc.Scan() {
 		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, "CPPMALLOC "); ok {
+			cppMalloc = strings.TrimSpace(v)
+			continue
+		}
 		if v, ok := strings.CutPrefix(line, "LOAD "); ok {
 			if x, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
 				loads = append(loads, x)
@@ -103,6 +108,9 @@ func report(r io.Reader, w io.Writer) error {
 	if len(faults) > 0 {
 		_, fm, _ := quartiles(faults)
 		fmt.Fprintf(w, "The time to fault in a fresh 4 KiB page (`psbench faultcost`, before each run): median %.1f us, from %.1f to %.1f. Cold runs pay it for every page they touch first (test_kv_app_benchmark's 1e7 keys and values, C++ ps-lite's and raw zmq's fresh buffers), and on a virtual machine it can change with the host from hour to hour (here 15 us quietly and 44-97 us under load on one day, and cold C++ runs five times slower at noon than at midnight), moving those rows with it (docs/PERFORMANCE-NOTES.md).\n\n", fm, slices.Min(faults), slices.Max(faults))
+	}
+	if cppMalloc != "" {
+		fmt.Fprintf(w, "%s\n\n", cppMallocSentence(cppMalloc))
 	}
 	fmt.Fprintf(w, "%s\n\n", vanSentence(reportVan))
 	fmt.Fprintf(w, "Jobs run through scripts/local.sh, which gives each Go node, unless `GOMAXPROCS` is set, the cores it may use divided by the job's servers and workers (at least 1), as docs/DEPLOY.md advises for nodes that share a machine; C++ nodes are not affected. The job of a C++ worker with our scheduler and server is launched by hand, with Go's default (every core).\n\n")
@@ -481,4 +489,14 @@ func cpuModel() string {
 		}
 	}
 	return runtime.GOARCH
+}
+
+// cppMallocSentence says how glibc's allocator was set for the C++
+// psbench runs: tunables as scripts/bench.sh records them (GLIBC_TUNABLES'
+// syntax), "-" for glibc's defaults.
+func cppMallocSentence(tunables string) string {
+	if tunables == "-" {
+		return "C++ ps-lite's psbench ran with glibc's allocator as it comes: libzmq and ps-lite allocate every large message fresh and give it back to the system, so each pays a page fault per 4 KiB page it touches."
+	}
+	return fmt.Sprintf("C++ ps-lite's psbench ran with glibc's allocator kept warm (`GLIBC_TUNABLES=%s`: one arena, no mapping of its own, no trimming), as our nodes and raw zmq keep their buffers: as it comes, libzmq and ps-lite allocate every large message fresh and give it back to the system, and on this machine that made a warm 1x1 bulk push of 1e7 keys ten times as long (docs/PERFORMANCE-NOTES.md). test_kv_app_benchmark's runs, cold, keep the defaults.", tunables)
 }

@@ -8,6 +8,7 @@ import (
 
 func TestReportTargetsAndComparison(t *testing.T) {
 	in := strings.Join([]string{
+		`CPPMALLOC glibc.malloc.arena_max=1`,
 		`LOAD 1.5`,
 		`FAULT 4.5`,
 		`RESULT {"name":"bulk_push","servers":1,"workers":1,"keys":10000000,"value":150,"unit":"ms","raw":300,"ratio":0.5,"tcp":100}`,
@@ -56,6 +57,7 @@ func TestReportTargetsAndComparison(t *testing.T) {
 	for _, want := range []string{
 		"The machine's load (1-minute load average) at the start of the 3 runs: median 2.00, max 3.00.",
 		"The time to fault in a fresh 4 KiB page (`psbench faultcost`, before each run): median 4.5 us, from 2.2 to 30.0.",
+		"C++ ps-lite's psbench ran with glibc's allocator kept warm (`GLIBC_TUNABLES=glibc.malloc.arena_max=1`:",
 		// 1e7 pull at 2x misses the TCP target; 1e6 is not a target.
 		"| warm bulk push and pull of 1e7 keys: within 1.5x of the TCP limit | 1x1 push 1.50x; 1x1 pull 2.00x | no |",
 		// 1x1: 100000/50000 = 2.00x; 2x2: rounds 100/100, 160/300 and
