@@ -29,7 +29,8 @@
 # allocate every large message fresh and give it back to the system, and
 # on a virtual machine whose page faults are dear that, not the transfer,
 # was most of a warm bulk row. Our nodes and the raw baseline keep their
-# buffers too. test_kv_app_benchmark's runs are cold and keep the defaults.
+# buffers too (the raw baseline by the same settings, made with mallopt in
+# bench/psbench/raw.go). test_kv_app_benchmark's runs are cold and keep the defaults.
 #
 #   usage: scripts/bench.sh [OUT]     (default OUT: docs/PERFORMANCE.md)
 set -euo pipefail

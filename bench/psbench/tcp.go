@@ -226,13 +226,18 @@ func (c *tcpClient) flush(s int) error {
 	return nil
 }
 
-// read reads server s's answer to r into a buffer kept for it.
-func (c *tcpClient) read(s int, r *rawReq) error {
+// replyBytes returns the size of r's answer.
+func replyBytes(r *rawReq) int {
 	n := 0
 	for _, x := range r.reply {
 		n += x
 	}
-	c.replies[s] = grow(c.replies[s], n)
+	return n
+}
+
+// read reads server s's answer to r into a buffer kept for it.
+func (c *tcpClient) read(s int, r *rawReq) error {
+	c.replies[s] = grow(c.replies[s], replyBytes(r))
 	if _, err := io.ReadFull(c.readers[s], c.replies[s]); err != nil {
 		return fmt.Errorf("tcp limit: receive from server %d: %w", s, err)
 	}
@@ -271,10 +276,7 @@ func (c *tcpClient) roundTrip(reqs []*rawReq) (time.Duration, error) {
 func (c *tcpClient) windowRate(s int, r *rawReq, n, w int) (float64, error) {
 	start := time.Now()
 	out := 0
-	answer := 0
-	for _, x := range r.reply {
-		answer += x
-	}
+	answer := replyBytes(r)
 	for sent := 0; sent < n; sent++ {
 		if out == w {
 			if err := c.flush(s); err != nil {
