@@ -6,7 +6,7 @@
 #   make test    vet, the no-cgo build, unit tests with -race, cluster and fault tests,
 #                then test-poison and fuzz
 #   make fuzz    the fuzz targets of what strangers reach first (the ZMTP frame
-#                reader and handshake, the meta decoder), 100,000-200,000 inputs each
+#                reader and handshake, the meta decoder), 50,000-200,000 inputs each
 #   make test-poison  the cluster tests once more with PS_POISON_LENT=1: lent memory
 #                is overwritten with 0xDB bytes when given back (docs/MEMORY.md)
 #   make nocgo   build every package but the ZeroMQ transport and psbench with CGO_ENABLED=0,
@@ -47,12 +47,12 @@ check: vet
 
 # make test starts the tests package (tests/) first, with -race: it takes
 # longest, and mostly waits for faults' timeouts and slow links. Everything
-# else runs beside it: vet and staticcheck, nocgo, the other packages with
-# -race, test-poison and fuzz. -parallel 6: the rows of tests/ that mostly
-# wait (t.Parallel) run beside each other once its sequential tests are
-# done; no other package has parallel tests. -timeout 40m: beside the rest
-# and two CPU burners, tests/ took 1202 s here (about 12 minutes alone on a quiet
-# machine); the timeout is for a hang, which every test bounds anyway.
+# else runs beside it, one after the other, keeping the CPU busy: vet and
+# staticcheck, nocgo, the other packages with -race, test-poison and fuzz.
+# -parallel 6: the rows of tests/ that mostly wait (t.Parallel) run beside
+# each other once its sequential tests are done; no other package has
+# parallel tests. -timeout 40m is for a hang, which every test bounds anyway
+# (docs/TESTING.md gives the times).
 test: build
 	@$(GO) test -race -count=1 -timeout 40m -parallel 6 ./tests/ & tests=$$!; \
 	$(MAKE) --no-print-directory vet nocgo test-packages test-poison fuzz; rc=$$?; \
@@ -69,7 +69,7 @@ test-packages:
 # replaces the counts (e.g. FUZZTIME=60s).
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzFrameReader$$' -fuzztime $(or $(FUZZTIME),200000x) ./van/zmtptransport/
-	$(GO) test -run '^$$' -fuzz '^FuzzHandshake$$' -fuzztime $(or $(FUZZTIME),100000x) ./van/zmtptransport/
+	$(GO) test -run '^$$' -fuzz '^FuzzHandshake$$' -fuzztime $(or $(FUZZTIME),50000x) ./van/zmtptransport/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(or $(FUZZTIME),150000x) ./message/
 
 # The jobs that move values, in process and as real processes, on every

@@ -51,6 +51,11 @@ func TestNetnsResendOnSlowLinks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-host benchmark runs are long")
 	}
+	// Parallel: its runs mostly wait for the slow links, so it runs beside
+	// the other waiting rows once the package's sequential tests are done
+	// (make test's -parallel). Its cases run one after another, so its
+	// runs with and without resending see the same machine.
+	t.Parallel()
 	runs := netRuns(t)
 	const hostsN = 5
 	cases := []struct {

@@ -89,12 +89,16 @@ func TestZMTPMixedWithZeroMQ(t *testing.T) {
 // them, a frozen worker replaced (its replacement's connections take over
 // its identity, ZMQ_ROUTER_HANDOVER).
 func TestZMQFaults(t *testing.T) {
+	// Parallel: it mostly waits (for a fault's timeouts), so it runs beside the other waiting rows once the package's sequential tests are done (make test's -parallel).
+	t.Parallel()
 	env := append(append([]string{}, zmqEnv...), heartbeatEnv...)
 	t.Run("worker killed", func(t *testing.T) {
+		t.Parallel()
 		r := startRow(t, false, 2, 2, rowRounds, env)
 		r.killForGood(t, r.j.workers[1])
 	})
 	t.Run("server killed, resend", func(t *testing.T) {
+		t.Parallel()
 		r := startRow(t, false, 2, 1, rowRounds, append([]string{"PS_RESEND=1"}, env...))
 		r.killForGood(t, r.j.servers[1])
 	})
@@ -102,6 +106,7 @@ func TestZMQFaults(t *testing.T) {
 	// (its kernel still acknowledges TCP) and a link cut for good.
 	linkEnv := append(append([]string{}, zmqEnv...), "PS_LINK_TIMEOUT=5")
 	t.Run("worker stopped, link timeout only", func(t *testing.T) {
+		t.Parallel()
 		r := startRow(t, false, 2, 2, rowRounds, linkEnv)
 		victim := r.j.workers[1]
 		lost := nodeName("worker", rank(t, victim))
@@ -129,6 +134,7 @@ func TestZMQFaults(t *testing.T) {
 		expectFailed(t, rs, modelBound, lost, victim)
 	})
 	t.Run("link down for good, link timeout only", func(t *testing.T) {
+		t.Parallel()
 		r := startRow(t, true, 2, 2, rowRounds, linkEnv)
 		victim := r.j.workers[1]
 		lost := nodeName("worker", rank(t, victim))
@@ -140,6 +146,7 @@ func TestZMQFaults(t *testing.T) {
 		expectFailed(t, []result{find(rs, victim.name)}, modelBound, "")
 	})
 	t.Run("frozen worker replaced", func(t *testing.T) {
+		t.Parallel()
 		env := append([]string{"PS_RESEND=1"}, env...)
 		const rounds = 60
 		r := startRow(t, false, 2, 2, rounds, env)
