@@ -26,8 +26,9 @@ package tests
 //
 // Each test gets its own namespace prefix, so each has its own switch and
 // addresses and its scheduler port cannot clash with another test's: tests
-// may run in parallel (they are not marked so, to keep timings honest on
-// small machines).
+// may run in parallel. Those that mostly wait (for faults' timeouts, slow
+// links) are marked so and run together at the end; the rest run one at a
+// time, to keep their timings honest on small machines.
 
 import (
 	"bytes"
