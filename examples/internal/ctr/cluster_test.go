@@ -90,6 +90,9 @@ func jobEnv(t *testing.T, env []string, servers, workers int, args ...string) st
 // env added and returns its output; the test fails when the job fails.
 func programJob(t *testing.T, program string, env []string, servers, workers int, args ...string) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("a multi-process job through scripts/local.sh; skipped with -short (make test runs it)")
+	}
 	cmdArgs := append([]string{fmt.Sprint(servers), fmt.Sprint(workers), programBinary(t, program)}, args...)
 	cmd := exec.Command(filepath.Join("..", "..", "..", "scripts", "local.sh"), cmdArgs...)
 	cmd.Env = append(append(os.Environ(), "PS_LOCAL_TIMEOUT=90", "PS_START_TIMEOUT=30"), env...)
