@@ -90,9 +90,7 @@ func jobEnv(t *testing.T, env []string, servers, workers int, args ...string) st
 // env added and returns its output; the test fails when the job fails.
 func programJob(t *testing.T, program string, env []string, servers, workers int, args ...string) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("a multi-process job through scripts/local.sh; skipped with -short (make test runs it)")
-	}
+	needJobs(t)
 	cmdArgs := append([]string{fmt.Sprint(servers), fmt.Sprint(workers), programBinary(t, program)}, args...)
 	cmd := exec.Command(filepath.Join("..", "..", "..", "scripts", "local.sh"), cmdArgs...)
 	cmd.Env = append(append(os.Environ(), "PS_LOCAL_TIMEOUT=90", "PS_START_TIMEOUT=30"), env...)
@@ -105,9 +103,19 @@ func programJob(t *testing.T, program string, env []string, servers, workers int
 	return buf.String()
 }
 
+// needJobs skips the test under -short, before anything is built: it runs
+// multi-process jobs through scripts/local.sh (make test runs it).
+func needJobs(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("a multi-process job through scripts/local.sh; skipped with -short (make test runs it)")
+	}
+}
+
 // jobErr runs a job that must fail and returns its output.
 func jobErr(t *testing.T, servers, workers int, args ...string) string {
 	t.Helper()
+	needJobs(t)
 	cmdArgs := append([]string{fmt.Sprint(servers), fmt.Sprint(workers), lrBinary(t)}, args...)
 	cmd := exec.Command(filepath.Join("..", "..", "..", "scripts", "local.sh"), cmdArgs...)
 	cmd.Env = append(os.Environ(), "PS_LOCAL_TIMEOUT=60", "PS_START_TIMEOUT=30")
@@ -305,6 +313,7 @@ func rows(n int, label func(i int) string, feats func(i int) string) string {
 // must fail with an error that says what is wrong and what to do, or (large
 // ids) train at a memory cost that does not grow with the ids.
 func TestBadInputs(t *testing.T) {
+	needJobs(t)
 	dir := t.TempDir()
 	binary := func(i int) string { return fmt.Sprint(i % 2) }
 	feats := func(i int) string { return fmt.Sprintf("%d:1 %d:1", 1+i%5, 6+i%3) }
@@ -380,6 +389,7 @@ func TestBadInputs(t *testing.T) {
 // model with FTRL's state, predictions, warm start from the model, and
 // hashed ids.
 func TestSparseSynthCluster(t *testing.T) {
+	needJobs(t)
 	dir := t.TempDir()
 	train, test := filepath.Join(dir, "train.svm"), filepath.Join(dir, "test.svm")
 	gen := standalone(t, "-mode=synth", "-out="+train, "-test-out="+test, "-rows=8000", "-test-rows=2000", "-ids=2000", "-nnz=20", "-informative=0.2", "-seed=3")
