@@ -51,6 +51,7 @@ var (
 	bulkOps  = flag.String("ops", "push,pull,pushpull", "bulk operations to measure, in this order")
 	lendReqs = flag.Bool("lend", true, "servers take lent requests (KVServer.LendRequests; the handle keeps nothing of a request)")
 	withRaw  = flag.Bool("raw", true, "measure the baselines too, raw ZeroMQ and plain TCP (false: ours only, for profiling)")
+	pieces   = flag.Int("pieces", 1, "bulk push only: send the keys as this many pushes in flight at once, each a slice of every server's part")
 )
 
 // Result is one measurement.
@@ -371,13 +372,14 @@ func bulk(w *kv.KVWorker[float32], rank int, raw baselines, add func(Result)) {
 	parts := split(keys, vals)
 	bytes := int64(len(keys)*8 + len(vals)*4)
 	var out []float32
+	pk, pv := piecesOf(keys, vals, parts, *pieces)
 	type bulkOp struct {
 		name       string
 		push, pull bool
 		do         func() (int, error)
 	}
 	ops := []bulkOp{
-		{"push", true, false, func() (int, error) { return w.ZPush(keys, vals, nil) }},
+		{"push", true, false, func() (int, error) { return pushPieces(w, pk, pv) }},
 		{"pull", false, true, func() (int, error) { return w.ZPull(keys, &out, nil) }},
 		{"pushpull", true, true, func() (int, error) { return w.ZPushPull(keys, vals, &out, nil) }},
 	}
@@ -425,10 +427,53 @@ func bulk(w *kv.KVWorker[float32], rank int, raw baselines, add func(Result)) {
 				runs[(i+j)%len(runs)]()
 			}
 		}
+		extra := fmt.Sprintf("%.2f GB/s of keys and values; the call returns after %.2f ms",
+			float64(bytes)/median(d).Seconds()/1e9, ms(median(calls)))
+		if op.name == "push" && len(pk) > 1 {
+			extra += fmt.Sprintf("; sent as %d pushes in flight", len(pk))
+		}
 		add(Result{Name: "bulk_" + op.name, Keys: *numKeys, Bytes: bytes, Value: ms(median(d)), Unit: "ms",
-			Raw: ms(median(rz)), TCP: ms(median(rt)), Extra: fmt.Sprintf("%.2f GB/s of keys and values; the call returns after %.2f ms",
-				float64(bytes)/median(d).Seconds()/1e9, ms(median(calls)))})
+			Raw: ms(median(rz)), TCP: ms(median(rt)), Extra: extra})
 	}
+}
+
+// piecesOf cuts keys and vals into n pushes (-pieces), each holding the
+// same share of every server's part (parts), so that every server gets
+// a piece of each; n <= 1 leaves them whole.
+func piecesOf(keys []uint64, vals []float32, parts []kv.KVPairs[float32], n int) ([][]uint64, [][]float32) {
+	if n <= 1 {
+		return [][]uint64{keys}, [][]float32{vals}
+	}
+	pk, pv := make([][]uint64, n), make([][]float32, n)
+	for c := range n {
+		for _, p := range parts {
+			nk := len(p.Keys)
+			lo, hi := nk*c/n, nk*(c+1)/n
+			pk[c] = append(pk[c], p.Keys[lo:hi]...)
+			pv[c] = append(pv[c], p.Vals[lo**valLen:hi**valLen]...)
+		}
+	}
+	return pk, pv
+}
+
+// pushPieces sends every piece, then waits for all but the last, and
+// returns the last one's timestamp for the caller to wait on.
+func pushPieces(w *kv.KVWorker[float32], pk [][]uint64, pv [][]float32) (int, error) {
+	var last int
+	var sent []int
+	for c := range pk {
+		ts, err := w.ZPush(pk[c], pv[c], nil)
+		if err != nil {
+			return 0, err
+		}
+		sent, last = append(sent, ts), ts
+	}
+	for _, ts := range sent[:len(sent)-1] {
+		if err := w.Wait(ts); err != nil {
+			return 0, err
+		}
+	}
+	return last, nil
 }
 
 // latency alternates blocks of baseline ping-pongs (8-byte requests,
