@@ -51,7 +51,7 @@ var (
 	bulkOps  = flag.String("ops", "push,pull,pushpull", "bulk operations to measure, in this order")
 	lendReqs = flag.Bool("lend", true, "servers take lent requests (KVServer.LendRequests; the handle keeps nothing of a request)")
 	withRaw  = flag.Bool("raw", true, "measure the baselines too, raw ZeroMQ and plain TCP (false: ours only, for profiling)")
-	pieces   = flag.Int("pieces", 1, "bulk push only: send the keys as this many pushes in flight at once, each a slice of every server's part")
+	pieces   = flag.Int("pieces", 1, "bulk push only: send the keys as this many pushes in flight at once, each a slice of every server's part (the baselines still move them whole)")
 )
 
 // Result is one measurement.
