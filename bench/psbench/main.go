@@ -444,6 +444,11 @@ func piecesOf(keys []uint64, vals []float32, parts []kv.KVPairs[float32], n int)
 	if n <= 1 {
 		return [][]uint64{keys}, [][]float32{vals}
 	}
+	for _, p := range parts {
+		if len(p.Keys) > 0 && len(p.Keys) < n {
+			prog.Failf("-pieces=%d: a server's part has only %d keys", n, len(p.Keys))
+		}
+	}
 	pk, pv := make([][]uint64, n), make([][]float32, n)
 	for c := range n {
 		for _, p := range parts {
