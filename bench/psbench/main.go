@@ -462,23 +462,26 @@ func piecesOf(keys []uint64, vals []float32, parts []kv.KVPairs[float32], n int)
 }
 
 // pushPieces sends every piece, then waits for all but the last, and
-// returns the last one's timestamp for the caller to wait on.
+// returns the last one's timestamp for the caller to wait on. One piece is
+// a plain push.
 func pushPieces(w *kv.KVWorker[float32], pk [][]uint64, pv [][]float32) (int, error) {
-	var last int
-	var sent []int
+	if len(pk) == 1 {
+		return w.ZPush(pk[0], pv[0], nil)
+	}
+	sent := make([]int, len(pk))
 	for c := range pk {
 		ts, err := w.ZPush(pk[c], pv[c], nil)
 		if err != nil {
 			return 0, err
 		}
-		sent, last = append(sent, ts), ts
+		sent[c] = ts
 	}
 	for _, ts := range sent[:len(sent)-1] {
 		if err := w.Wait(ts); err != nil {
 			return 0, err
 		}
 	}
-	return last, nil
+	return sent[len(sent)-1], nil
 }
 
 // latency alternates blocks of baseline ping-pongs (8-byte requests,
