@@ -70,6 +70,7 @@ test-packages:
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzFrameReader$$' -fuzztime $(or $(FUZZTIME),200000x) ./van/zmtptransport/
 	$(GO) test -run '^$$' -fuzz '^FuzzHandshake$$' -fuzztime $(or $(FUZZTIME),50000x) ./van/zmtptransport/
+	$(GO) test -run '^$$' -fuzz '^FuzzKeyCacheReader$$' -fuzztime $(or $(FUZZTIME),100000x) ./van/zmtptransport/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(or $(FUZZTIME),150000x) ./message/
 
 # The jobs that move values, in process and as real processes, on every

@@ -97,6 +97,7 @@ func TestConfigComplete(t *testing.T) {
 		LinkTimeout:      180 * time.Second,
 		MaxMessageBytes:  1 << 30,
 		KeepRecvMemory:   true,
+		KeyCacheMB:       postoffice.DefaultKeyCacheMB,
 		VanType:          "zmtp",
 	}
 	if c != want {
@@ -114,6 +115,20 @@ func TestConfigReceiveMemory(t *testing.T) {
 	if _, err := postoffice.ConfigFromLookup(e.lookup); err == nil || !strings.Contains(err.Error(), "PS_POISON_LENT") {
 		t.Fatalf("PS_POISON_LENT=2: error %v", err)
 	}
+}
+
+func TestConfigKeyCache(t *testing.T) {
+	e := base()
+	e["PS_KEY_CACHE_MB"] = "0"
+	if c := mustConfig(t, e); c.KeyCacheMB != 0 {
+		t.Fatalf("PS_KEY_CACHE_MB=0: KeyCacheMB %d", c.KeyCacheMB)
+	}
+	e["PS_KEY_CACHE_MB"] = "512"
+	if c := mustConfig(t, e); c.KeyCacheMB != 512 {
+		t.Fatalf("PS_KEY_CACHE_MB=512: KeyCacheMB %d", c.KeyCacheMB)
+	}
+	e["PS_KEY_CACHE_MB"] = "-1"
+	configErr(t, e, "PS_KEY_CACHE_MB")
 }
 
 func TestConfigOptional(t *testing.T) {

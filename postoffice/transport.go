@@ -40,6 +40,7 @@ func newTransport(cfg Config, log zerolog.Logger) (van.Transport, error) {
 		SchedulerIdentity: van.Identity(message.Scheduler),
 		LinkTimeout:       cfg.LinkTimeout,
 		PoisonLent:        cfg.PoisonLent,
+		KeyCacheBytes:     int64(cfg.KeyCacheMB) << 20,
 		Process:           newIncarnation(),
 		Log:               log,
 	})

@@ -142,16 +142,19 @@ func TestLocalShReportsFailure(t *testing.T) {
 }
 
 // test_kv_app's 2x2 job checks every value it pulls, at sizes on both sides
-// of the transports' lending threshold (frames of 512 KiB): 100,000 keys
-// send 400 KB of keys to each server, 200,000 lend the keys' frames, and
-// 1,000,000 lend keys and values (4 MB and 2 MB a server), on both socket
-// transports, with given-back memory reused and poisoned. At 1,000,000 keys
-// the default transport returned wrong values in every run, until lent
-// buffers were given back by their loans (message.Loan).
+// of the transports' lending threshold (frames of 512 KiB) and of the ZMTP
+// key cache's (key lists of 1 MiB, 131,072 keys, a server): 100,000 keys
+// send 400 KB of keys to each server, 200,000 lend the keys' frames,
+// 250,000 (1.00 MB a server) stay below the key cache, 270,000 (1.08 MB)
+// and 1,000,000 (4 MB, and 2 MB of values) go through it (the third push
+// on of the same keys, and the answers to pulls, send a reference), on
+// both socket transports, with given-back memory reused and poisoned. At
+// 1,000,000 keys the default transport returned wrong values in every run,
+// until lent buffers were given back by their loans (message.Loan).
 func TestKVAppExactAcrossTheLendingThreshold(t *testing.T) {
 	for _, van := range [][]string{nil, zmqEnv} {
 		for _, poison := range []string{"PS_POISON_LENT=0", "PS_POISON_LENT=1"} {
-			for _, keys := range []int{100000, 200000, 1000000} {
+			for _, keys := range []int{100000, 200000, 250000, 270000, 1000000} {
 				env := append(append([]string{}, van...), poison)
 				t.Run(fmt.Sprintf("%s/keys=%d", strings.Join(env, " "), keys), func(t *testing.T) {
 					out := launch(t, env, "local.sh", "2", "2", bin("test_kv_app"), fmt.Sprintf("-keys=%d", keys), "-repeat=3")

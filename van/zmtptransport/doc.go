@@ -20,6 +20,12 @@
 // heartbeat command between two frames of a message, which ZMTP's grammar
 // does not allow but libzmq sends (a PONG or PING as soon as it is due).
 //
+// Between two nodes on this transport, a key list (a message's first data
+// frame, 1 MiB or more) sent again goes as a reference to a copy the
+// receiver keeps (keycache.go, Options.KeyCacheBytes): negotiated per
+// connection in the handshake, invisible above the transport, never seen
+// by libzmq or C++ peers.
+//
 // Goroutines: one accepts connections; with a link timeout, one pings; one per accepted connection reads
 // it and passes messages to the receive loop through a bounded queue (a
 // full queue stops the reading, and TCP pushes back on the sender); one

@@ -136,8 +136,8 @@ func TestFrameMemoryFollowsBytes(t *testing.T) {
 // within its timeout, whatever the peer sends (or fails to send).
 func FuzzHandshake(f *testing.F) {
 	g := greeting()
-	f.Add(append(append([]byte{}, g...), ready("DEALER", "ps9", "p1")...), true)
-	f.Add(append(append([]byte{}, g...), ready("ROUTER", "", "")...), false)
+	f.Add(append(append([]byte{}, g...), ready("DEALER", "ps9", "p1", false)...), true)
+	f.Add(append(append([]byte{}, g...), ready("ROUTER", "", "", false)...), false)
 	f.Add(append(append([]byte{}, g...), errorCommand("no")...), false)
 	f.Add(append(append([]byte{}, g...), command("PING", nil)...), true)
 	f.Add(g[:10], true)
@@ -171,6 +171,52 @@ func FuzzHandshake(f *testing.F) {
 		}
 		if err == nil && !compatible(sock, props["socket-type"]) {
 			t.Fatalf("a handshake with a %q peer succeeded", props["socket-type"])
+		}
+	})
+}
+
+// FuzzKeyCacheReader feeds any bytes to the frame reader of a connection
+// that has a key cache, from a peer that took its offer. It must never
+// panic, never keep more than it offered, and never pass on a message over
+// its caps.
+func FuzzKeyCacheReader(f *testing.F) {
+	meta := appendHeader(nil, flagMore, 1)
+	meta = append(meta, 'm')
+	put := append(append(append([]byte{}, meta...), putCommand(1, 7, 0)...), appendMessage(nil, [][]byte{[]byte("keys!"), []byte("vals")})...)
+	f.Add(put)
+	f.Add(append(append([]byte{}, put...), append(append([]byte{}, meta...), refCommand(1, 7, 5, true)...)...))
+	f.Add(append(append([]byte{}, put...), append(append([]byte{}, meta...), refCommand(1, 7, 5, false)...)...))
+	f.Add(append(append([]byte{}, meta...), refCommand(3, 1, 5, true)...))
+	f.Add(append(append([]byte{}, put...), append(append([]byte{}, meta...), putCommand(1, 8, 0xff)...)...))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		const maxFrames, maxBytes, limit = 4, 8 << 20, 1 << 20
+		cr := &countingReader{r: bytes.NewReader(b)}
+		fr := &frameReader{r: bufio.NewReaderSize(cr, 4096), maxFrames: maxFrames, maxBytes: maxBytes, pool: &bufPool{},
+			kc: &recvCache{limit: limit}}
+		for range 64 {
+			frames, _, err := fr.readMessage()
+			kept := int64(0)
+			for _, s := range fr.kc.slots {
+				kept += int64(len(s.data))
+			}
+			if kept > limit || fr.kc.used != kept {
+				t.Fatalf("the cache keeps %d bytes, counts %d, offered %d", kept, fr.kc.used, limit)
+			}
+			var o *oversized
+			if errors.As(err, &o) {
+				continue
+			}
+			if err != nil {
+				return
+			}
+			total := 0
+			for _, f := range frames {
+				total += len(f)
+			}
+			if len(frames) > maxFrames || total > maxBytes {
+				t.Fatalf("%d frames of %d bytes, caps %d and %d", len(frames), total, maxFrames, maxBytes)
+			}
+			fr.giveBack(frames)
 		}
 	})
 }

@@ -48,11 +48,17 @@ type peer struct {
 	urgent bool
 	// holds release the lent frames q refers to (message.HoldLent), once
 	// they are written or dropped.
-	holds   []func()
-	spare   []byte
-	held    bool
-	closing bool
-	kick    chan struct{} // wakes the writer (capacity 1)
+	holds []func()
+	spare []byte
+	// kc is what the ROUTER at the other end of the current connection
+	// keeps for it (keycache.go); kcQueued maps the key cache commands
+	// queued in q (by their first byte) to what undoes them, should the
+	// connection end before they are written.
+	kc       sendCache
+	kcQueued map[*byte]kcUndo
+	held     bool
+	closing  bool
+	kick     chan struct{} // wakes the writer (capacity 1)
 }
 
 func newPeer(t *Transport, id int, network, addr, identity string) *peer {
@@ -201,12 +207,30 @@ func (p *peer) queueLargeLocked(frames [][]byte, shared bool) {
 		if i < len(frames)-1 {
 			flags = flagMore
 		}
+		owned := false // f is a copy of the transport's own
+		if i == 1 && p.kc.limit > 0 && len(f) >= keyCacheMin {
+			if !shared {
+				f, owned = message.Clone(f), true
+			}
+			if plan := p.kc.plan(f, owned); plan.op != kcNone {
+				if len(cur) > 0 {
+					p.q = append(p.q, cur)
+					cur = nil
+				}
+				p.queueCacheLocked(plan, flags, len(f))
+				if plan.op == kcRef {
+					continue
+				}
+			}
+		}
 		cur = appendHeader(cur, flags, len(f))
 		if len(f) < zeroCopyMin {
 			cur = append(cur, f...)
 			continue
 		}
-		if !shared || i == 0 {
+		if owned {
+			// Copied above, and perhaps kept by the key cache.
+		} else if !shared || i == 0 {
 			// Not shared, or the first frame (the meta), which the
 			// caller may reuse once Send returns all the same.
 			f = message.Clone(f)
@@ -222,6 +246,57 @@ func (p *peer) queueLargeLocked(frames [][]byte, shared bool) {
 		p.q = append(p.q, cur)
 	}
 	p.pack, p.urgent = false, true
+}
+
+// kcUndo undoes a key cache command queued in q: a put is dropped, a
+// reference becomes the whole frame (hdr, then data).
+type kcUndo struct {
+	hdr, data []byte
+}
+
+// queueCacheLocked queues the key cache command plan calls for, for a frame
+// of size bytes sent with flags: an X-KCPUT (the frame follows), or an
+// X-KCREF and an empty buffer in the frame's place; qMu is held.
+func (p *peer) queueCacheLocked(plan kcPlan, flags byte, size int) {
+	var cmd []byte
+	undo := kcUndo{}
+	if plan.op == kcPut {
+		cmd = putCommand(plan.slot, plan.gen, plan.drop)
+		p.q = append(p.q, cmd)
+		p.t.kcPuts.Add(1)
+	} else {
+		cmd = refCommand(plan.slot, plan.gen, size, flags&flagMore == 0)
+		undo = kcUndo{hdr: appendHeader(nil, flags, size), data: plan.data}
+		p.q = append(p.q, cmd, nil)
+		p.t.kcRefs.Add(1)
+	}
+	if p.kcQueued == nil {
+		p.kcQueued = map[*byte]kcUndo{}
+	}
+	p.kcQueued[&cmd[0]] = undo
+}
+
+// forgetCacheLocked forgets what the last connection's ROUTER kept: the
+// key cache commands still queued are undone, and nothing is cached until
+// the next connection's offer; qMu is held.
+func (p *peer) forgetCacheLocked() {
+	if len(p.kcQueued) > 0 {
+		for i, b := range p.q {
+			if len(b) == 0 {
+				continue
+			}
+			u, ok := p.kcQueued[&b[0]]
+			if !ok {
+				continue
+			}
+			p.q[i] = nil
+			if u.hdr != nil {
+				p.q[i], p.q[i+1] = u.hdr, u.data
+			}
+		}
+	}
+	p.kcQueued = nil
+	p.kc.reset()
 }
 
 // queueRaw queues bytes that are not a message (a PING, a PONG). They are
@@ -241,6 +316,7 @@ func (p *peer) queueRaw(b []byte) {
 func (p *peer) takeLocked() (net.Buffers, []func()) {
 	q, holds := p.q, p.holds
 	p.q, p.holds, p.pack, p.partial, p.urgent = nil, nil, false, false, false
+	p.kcQueued = nil // written from now on, or lost with the connection
 	if p.n > 0 {
 		p.room.Freed()
 	}
@@ -352,6 +428,7 @@ func (p *peer) run() {
 			p.partial = false
 			p.n = max(p.n-1, 0)
 		}
+		p.forgetCacheLocked()
 		p.qMu.Unlock()
 	}
 }
@@ -452,6 +529,14 @@ func (p *peer) listen(br *bufio.Reader, lk *link, dead chan struct{}) {
 		for _, c := range append(fr.inside, cmd) {
 			if reply := answer(c); reply != nil {
 				p.queueRaw(reply)
+			}
+			if name, body, err := parseCommand(c); err == nil && name == cmdOffer && p.t.opts.KeyCacheBytes > 0 {
+				p.qMu.Lock()
+				err := p.kc.offer(body, p.t.opts.KeyCacheBytes)
+				p.qMu.Unlock()
+				if err != nil {
+					p.t.netLog.Warn().Err(err).Int("node", p.id).Msg("zmtp: key cache offer refused")
+				}
 			}
 		}
 	}

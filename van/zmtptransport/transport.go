@@ -112,6 +112,16 @@ type Options struct {
 	// connection it makes (the "X-Pslite-Process" property of its READY;
 	// libzmq peers ignore it); see van.Incarnations.
 	Process string
+	// KeyCacheBytes, when positive, turns on key caching with peers on
+	// this transport (keycache.go, PS_KEY_CACHE_MB): each connection's
+	// ROUTER keeps up to this many bytes of key lists its DEALER sent, and
+	// the DEALER sends a reference to one instead of the list again. 0:
+	// off (no offer made or taken).
+	KeyCacheBytes int64
+	// KeyCacheTotal bounds what the key caches of all accepted
+	// connections may keep together; 0 means 4 * KeyCacheBytes. A
+	// connection that comes when it is spent gets no offer.
+	KeyCacheTotal int64
 	// Log receives the transport's warnings (peers that break the
 	// protocol, refused identities).
 	Log zerolog.Logger
@@ -232,6 +242,11 @@ type Transport struct {
 
 	// refused counts the handshakes peers refused (their ERROR), for tests.
 	refused atomic.Int64
+	// kcBudget is what is left of Options.KeyCacheTotal for offers.
+	kcBudget atomic.Int64
+	// kcPuts and kcRefs count the frames sent with X-KCPUT and as
+	// X-KCREF (KeyCacheStats).
+	kcPuts, kcRefs atomic.Int64
 }
 
 var (
@@ -300,6 +315,9 @@ func New(opts Options) (*Transport, error) {
 	if opts.ReconnectInterval <= 0 {
 		opts.ReconnectInterval = 100 * time.Millisecond
 	}
+	if opts.KeyCacheTotal <= 0 {
+		opts.KeyCacheTotal = 4 * max(opts.KeyCacheBytes, 0)
+	}
 	t := &Transport{
 		opts:         opts,
 		netLog:       van.RateLimited(opts.Log),
@@ -317,6 +335,7 @@ func New(opts Options) (*Transport, error) {
 		anon:         rand.Uint32(),
 	}
 	t.upfront.Store(opts.UpfrontBytes)
+	t.kcBudget.Store(opts.KeyCacheTotal)
 	if opts.LinkTimeout > 0 {
 		t.wg.Add(1)
 		go t.heartbeat()
@@ -505,7 +524,8 @@ func (t *Transport) serve(ic *inConn) {
 		ident = t.anonIdentity()
 	}
 	ic.ident = string(ident)
-	if held, stale := t.claim(ic, false); stale {
+	held, stale := t.claim(ic, false)
+	if stale {
 		t.opts.Log.Debug().Str("identity", ic.ident).Msg("zmtp: closing a connection a newer one of its identity replaced")
 		return
 	} else if !held {
@@ -520,6 +540,18 @@ func (t *Transport) serve(ic *inConn) {
 	}
 	memberMax := t.maxBytes(props["identity"])
 	fr := &frameReader{r: br, maxFrames: t.opts.MaxFrames, maxBytes: memberMax, pool: &t.pool, upfront: &t.upfront}
+	// A key cache for a member's connection that holds its identity and
+	// asks for one (a Go node on this transport; not the scheduler, which
+	// sends no large frames).
+	if props[strings.ToLower(keyCacheProperty)] != "" && held && t.member(props["identity"]) && props["identity"] != t.opts.SchedulerIdentity {
+		if n := t.reserveKeyCache(); n > 0 {
+			defer t.kcBudget.Add(n)
+			if ic.write(offerCommand(n, keyCacheSlots), t.opts.HandshakeTimeout) != nil {
+				return
+			}
+			fr.kc = &recvCache{limit: n}
+		}
+	}
 	var batch []inMsg
 	for {
 		// Pass on, together, what has arrived already: one hand-off to the
@@ -581,6 +613,26 @@ func (t *Transport) serve(ic *inConn) {
 		batch = append(batch, inMsg{ident: ident, frames: frames, lent: fr.lent})
 	}
 }
+
+// reserveKeyCache takes a connection's key cache from the budget: up to
+// Options.KeyCacheBytes, nothing when less than a cached frame is left.
+func (t *Transport) reserveKeyCache() int64 {
+	for {
+		left := t.kcBudget.Load()
+		n := min(left, t.opts.KeyCacheBytes)
+		if n < keyCacheMin {
+			return 0
+		}
+		if t.kcBudget.CompareAndSwap(left, left-n) {
+			return n
+		}
+	}
+}
+
+// KeyCacheStats returns how many frames this transport sent whole to be
+// kept by the peer's key cache, and how many it sent as references to
+// kept ones.
+func (t *Transport) KeyCacheStats() (puts, refs int64) { return t.kcPuts.Load(), t.kcRefs.Load() }
 
 // write writes b to an accepted connection (a PONG or a PING), waiting at
 // most d.
@@ -838,7 +890,7 @@ func (t *Transport) handshake(c net.Conn, br *bufio.Reader, ours, identity strin
 		return nil, err
 	}
 	if admit == nil {
-		if _, err := c.Write(ready(ours, identity, t.opts.Process)); err != nil {
+		if _, err := c.Write(ready(ours, identity, t.opts.Process, t.opts.KeyCacheBytes > 0)); err != nil {
 			return nil, err
 		}
 	}
@@ -869,7 +921,7 @@ func (t *Transport) handshake(c net.Conn, br *bufio.Reader, ours, identity strin
 			c.Write(errorCommand(err.Error()))
 			return nil, err
 		}
-		if _, err := c.Write(ready(ours, identity, "")); err != nil {
+		if _, err := c.Write(ready(ours, identity, "", false)); err != nil {
 			return nil, err
 		}
 	}

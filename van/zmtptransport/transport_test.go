@@ -195,7 +195,7 @@ func rawPeerOf(t *testing.T, port int, identity, process string) net.Conn {
 	if _, err := readFull(c, buf); err != nil {
 		t.Fatal(err)
 	}
-	c.Write(ready("DEALER", identity, process))
+	c.Write(ready("DEALER", identity, process, false))
 	return c
 }
 
@@ -517,7 +517,7 @@ func TestCloseIsBoundedWithAPeerThatDoesNotRead(t *testing.T) {
 		}
 		defer c.Close()
 		c.Write(greeting())
-		c.Write(ready("ROUTER", "", ""))
+		c.Write(ready("ROUTER", "", "", false))
 		<-stop // holds the connection open, reading nothing
 	}()
 	linger := 200 * time.Millisecond
@@ -563,7 +563,7 @@ func TestSilentPeersAreDropped(t *testing.T) {
 			}
 			defer c.Close()
 			c.Write(greeting())
-			c.Write(ready("ROUTER", "", ""))
+			c.Write(ready("ROUTER", "", "", false))
 			go func() { // reads, so that nothing waits on a full buffer
 				buf := make([]byte, 4096)
 				for {

@@ -109,13 +109,17 @@ func command(name string, body []byte) []byte {
 
 // ready encodes the READY command of a socket of type socketType with the
 // given identity (libzmq sends the Identity property for DEALER and ROUTER
-// sockets, empty when none is set).
-func ready(socketType, identity, process string) []byte {
+// sockets, empty when none is set), this process's incarnation when not
+// empty, and, with keyCache, that it can use a key cache (keycache.go).
+func ready(socketType, identity, process string, keyCache bool) []byte {
 	var body []byte
 	body = appendProperty(body, "Socket-Type", socketType)
 	body = appendProperty(body, "Identity", identity)
 	if process != "" {
 		body = appendProperty(body, processProperty, process)
+	}
+	if keyCache {
+		body = appendProperty(body, keyCacheProperty, "1")
 	}
 	return command("READY", body)
 }
@@ -212,6 +216,10 @@ type frameReader struct {
 	// (see readFrame); nil: none.
 	upfront *atomic.Int64
 	lent    uint64 // after readMessage: bit i set when frame i came from pool
+	// kc, on a ROUTER's connection whose peer took its key cache offer,
+	// is what it keeps (keycache.go); nil: X-KCPUT and X-KCREF are not
+	// expected.
+	kc *recvCache
 	// inside holds, after readMessage, the commands read between the
 	// frames of the message it returned. ZMTP's grammar puts commands
 	// between messages only, but libzmq (4.3) sends a PONG, or a PING,
@@ -292,6 +300,31 @@ func (fr *frameReader) readMessage() (frames [][]byte, cmd []byte, err error) {
 				fr.giveBack(frames)
 				return nil, nil, err
 			}
+			if fr.kc != nil {
+				if name, rest, err := parseCommand(body); err == nil && (name == cmdPut || name == cmdRef) || fr.kc.put {
+					if n == 0 || err != nil || !(name == cmdPut || name == cmdRef) {
+						fr.giveBack(frames)
+						return nil, nil, fmt.Errorf("%w: key cache command %q out of place", errProtocol, name)
+					}
+					if name == cmdPut {
+						if err := fr.kc.takePut(rest); err != nil {
+							fr.giveBack(frames)
+							return nil, nil, err
+						}
+						continue
+					}
+					kept, last, err := fr.kc.resolve(rest)
+					if err != nil {
+						fr.giveBack(frames)
+						return nil, nil, err
+					}
+					frames, skip = fr.add(frames, &n, &total, skip, kept)
+					if last {
+						return fr.end(frames, skip, n, total)
+					}
+					continue
+				}
+			}
 			if n == 0 {
 				return nil, body, nil
 			}
@@ -322,6 +355,12 @@ func (fr *frameReader) readMessage() (frames [][]byte, cmd []byte, err error) {
 			if pooled {
 				fr.lent |= 1 << (n - 1)
 			}
+			if fr.kc != nil && fr.kc.put {
+				if err := fr.kc.keep(f); err != nil {
+					fr.giveBack(append(frames, f))
+					return nil, nil, err
+				}
+			}
 			if frames == nil {
 				// A ps-lite message has a meta frame and up to three
 				// data frames (keys, values, lengths): one allocation.
@@ -329,14 +368,48 @@ func (fr *frameReader) readMessage() (frames [][]byte, cmd []byte, err error) {
 			}
 			frames = append(frames, f)
 		}
+		if skip && fr.kc != nil && fr.kc.put {
+			fr.kc.keep(nil) // the slot is lost: a reference to it drops the connection
+		}
 		if flags&flagMore == 0 {
-			if skip {
-				fr.lent = 0
-				return nil, nil, &oversized{frames: n, bytes: total}
-			}
-			return frames, nil, nil
+			return fr.end(frames, skip, n, total)
 		}
 	}
+}
+
+// end returns a message read to its end: its frames, or, when it was
+// skipped, an *oversized error.
+func (fr *frameReader) end(frames [][]byte, skip bool, n int, total int64) ([][]byte, []byte, error) {
+	if skip {
+		fr.lent = 0
+		return nil, nil, &oversized{frames: n, bytes: total}
+	}
+	return frames, nil, nil
+}
+
+// add adds a copy of a frame the key cache keeps to a message being read
+// (the n-th frame, total bytes so far), as if it had been received: into
+// a pool buffer, lent, when it is large; not at all when the message is
+// skipped or now goes beyond the bounds.
+func (fr *frameReader) add(frames [][]byte, n *int, total *int64, skip bool, kept []byte) ([][]byte, bool) {
+	*total += int64(len(kept))
+	*n++
+	if !skip && (*n > fr.maxFrames || *total > fr.maxBytes) {
+		fr.giveBack(frames)
+		return nil, true
+	}
+	if skip {
+		return nil, true
+	}
+	var f []byte
+	if fr.pool != nil && len(kept) >= lendMin && *n <= 64 {
+		f = fr.pool.get(len(kept))
+		fr.lent |= 1 << (*n - 1)
+	} else {
+		f = make([]byte, len(kept))
+	}
+	copy(f, kept)
+	return append(frames, f), false
 }
 
 // growStep is the most a frame's buffer takes before its bytes arrive
