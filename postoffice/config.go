@@ -14,11 +14,6 @@ import (
 	"github.com/gopslite/pslite/van/control"
 )
 
-// DefaultKeyCacheMB is PS_KEY_CACHE_MB's default: a key list of 16
-// million keys per connection (a Config made in code, without it, has no
-// key cache).
-const DefaultKeyCacheMB = 128
-
 // DefaultLinkTimeout is PS_LINK_TIMEOUT's default: longer than a
 // one-minute outage and the TCP retransmission backoff after it, so that
 // such an outage is ridden out with the defaults.
@@ -108,11 +103,13 @@ type Config struct {
 	// the C allocator keeps freed memory for the next large receive instead
 	// of faulting fresh pages in for each (see zmqtransport.Options).
 	KeepRecvMemory bool
-	// KeyCacheMB is PS_KEY_CACHE_MB (default 128; 0 turns it off): with
-	// the ZMTP transport, each connection between two Go nodes keeps up
-	// to this many MiB of key lists its sender sent, so that a list sent
-	// again goes as a reference (zmtptransport.Options.KeyCacheBytes); a
-	// node keeps at most four times as much for all its connections.
+	// KeyCacheMB is PS_KEY_CACHE_MB (default 0: off): with the ZMTP
+	// transport, each connection between two Go nodes keeps up to this
+	// many MiB of key lists its sender sent, so that a list sent again
+	// goes as a reference (zmtptransport.Options.KeyCacheBytes); a node
+	// keeps at most four times as much for all its connections. Off by
+	// default: on this project's test machine it made some bulk transfers
+	// faster and others slower (docs/ZMTP-KEYCACHE.md).
 	KeyCacheMB int
 	// PoisonLent is PS_POISON_LENT=1: request memory lent to a handle (see
 	// kv.KVServer.LendRequests) is overwritten with 0xDB bytes when the
@@ -227,7 +224,7 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	c.ResendMaxRetry = intVar("PS_RESEND_MAX_RETRY", 0, 0, 1<<20, false)
 	c.PoisonLent = intVar("PS_POISON_LENT", 0, 0, 1, false) != 0
 	c.KeepRecvMemory = intVar("PS_KEEP_RECV_MEMORY", 1, 0, 1, false) != 0
-	c.KeyCacheMB = intVar("PS_KEY_CACHE_MB", DefaultKeyCacheMB, 0, 1<<20, false)
+	c.KeyCacheMB = intVar("PS_KEY_CACHE_MB", 0, 0, 1<<20, false)
 	c.Replicas = intVar("PS_REPLICAS", 0, 0, 16, false)
 	c.CheckpointDir = get("PS_CHECKPOINT_DIR")
 	c.CheckpointInterval = time.Duration(intVar("PS_CHECKPOINT_INTERVAL", 0, 0, 1<<20, false)) * time.Second

@@ -97,7 +97,6 @@ func TestConfigComplete(t *testing.T) {
 		LinkTimeout:      180 * time.Second,
 		MaxMessageBytes:  1 << 30,
 		KeepRecvMemory:   true,
-		KeyCacheMB:       postoffice.DefaultKeyCacheMB,
 		VanType:          "zmtp",
 	}
 	if c != want {

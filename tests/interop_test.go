@@ -193,6 +193,13 @@ func TestInteropWithCpp(t *testing.T) {
 		kvOK(t, mixedJob(t, c("test_kv_app"), []string{c("test_kv_app"), c("test_kv_app")},
 			[]string{gw, gw}, 2, false), 2)
 	})
+	// With the ZMTP key cache on, Go nodes cache key lists between
+	// themselves and send C++ nodes plain frames, both ways.
+	t.Run("large frames, key cache, mixed servers and workers", func(t *testing.T) {
+		gw := g("test_kv_app") + " -keys=1000000 -repeat=3"
+		kvOK(t, mixedJob(t, g("test_kv_app"), []string{c("test_kv_app"), gw},
+			[]string{gw, c("test_kv_app")}, 2, false, "PS_KEY_CACHE_MB=128"), 2)
+	})
 	// libzmq puts its PONG to a Go node's PING between two frames of a
 	// message when it is sending one: with a PING every 250 ms, many fall
 	// inside the C++ servers' large answers.

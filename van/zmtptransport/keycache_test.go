@@ -46,7 +46,7 @@ func TestKeyCacheModel(t *testing.T) {
 				f = bytes.Clone(f) // the same bytes, one byte changed
 				f[rng.Intn(len(f))]++
 			}
-			plan := sc.plan(f, false)
+			plan := sc.plan(f)
 			var got []byte
 			switch plan.op {
 			case kcNone:

@@ -207,12 +207,9 @@ func (p *peer) queueLargeLocked(frames [][]byte, shared bool) {
 		if i < len(frames)-1 {
 			flags = flagMore
 		}
-		owned := false // f is a copy of the transport's own
+		owned := false // f is the transport's own copy, which never changes
 		if i == 1 && p.kc.limit > 0 && len(f) >= keyCacheMin {
-			if !shared {
-				f, owned = message.Clone(f), true
-			}
-			if plan := p.kc.plan(f, owned); plan.op != kcNone {
+			if plan := p.kc.plan(f); plan.op != kcNone {
 				if len(cur) > 0 {
 					p.q = append(p.q, cur)
 					cur = nil
@@ -221,6 +218,9 @@ func (p *peer) queueLargeLocked(frames [][]byte, shared bool) {
 				if plan.op == kcRef {
 					continue
 				}
+				// The kept copy goes out: the caller's frame is neither
+				// copied twice nor held.
+				f, owned = plan.data, true
 			}
 		}
 		cur = appendHeader(cur, flags, len(f))
@@ -229,7 +229,7 @@ func (p *peer) queueLargeLocked(frames [][]byte, shared bool) {
 			continue
 		}
 		if owned {
-			// Copied above, and perhaps kept by the key cache.
+			// The key cache's copy.
 		} else if !shared || i == 0 {
 			// Not shared, or the first frame (the meta), which the
 			// caller may reuse once Send returns all the same.

@@ -549,7 +549,8 @@ func (t *Transport) serve(ic *inConn) {
 			if ic.write(offerCommand(n, keyCacheSlots), t.opts.HandshakeTimeout) != nil {
 				return
 			}
-			fr.kc = &recvCache{limit: n}
+			fr.kc = &recvCache{limit: n, pool: &t.pool}
+			defer fr.kc.close()
 		}
 	}
 	var batch []inMsg
