@@ -1,13 +1,11 @@
 package zmtptransport
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"math/rand"
-	"net"
 	"strconv"
 	"testing"
 	"time"
@@ -253,27 +251,12 @@ func TestKeyCacheReconnect(t *testing.T) {
 // up, and the transport serves the next connection.
 func TestKeyCacheBadReferenceDropsTheConnection(t *testing.T) {
 	rx, port := bound(t, Options{KeyCacheBytes: 4 << 20, HandshakeTimeout: 2 * time.Second})
-	dial := func() net.Conn {
-		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		c.SetDeadline(time.Now().Add(wait))
-		c.Write(greeting())
-		buf := make([]byte, greetingLen)
-		if _, err := readFull(c, buf); err != nil {
-			t.Fatal(err)
-		}
-		c.Write(ready("DEALER", "ps9", "", true))
-		return c
-	}
 	bad := [][]byte{
 		refCommand(0, 1, keyCacheMin, true),
 		append(putCommand(0, 1, 0), appendMessage(nil, [][]byte{make([]byte, 5<<20)})...),
 	}
 	for i, b := range bad {
-		c := dial()
+		c := rawDealer(t, port, "ps9", "", true)
 		msg := appendHeader(nil, flagMore, 1)
 		msg = append(append(msg, 'm'), b...)
 		c.Write(msg)
@@ -327,20 +310,13 @@ func TestKeyCacheQueuedCommandsAreUndone(t *testing.T) {
 	if p.kc.limit != 0 {
 		t.Fatal("the cache is still on without an offer")
 	}
-	fr := &frameReader{r: bufio.NewReader(bytes.NewReader(wire)), maxFrames: 8, maxBytes: 1 << 30}
+	fr := reader(wire, 8, 1<<30)
 	for i, want := range sent {
 		frames, cmd, err := fr.readMessage()
 		if err != nil || cmd != nil {
 			t.Fatalf("message %d: command %q, error %v", i, cmd, err)
 		}
-		if len(frames) != len(want) {
-			t.Fatalf("message %d: %d frames, sent %d", i, len(frames), len(want))
-		}
-		for j := range want {
-			if !bytes.Equal(frames[j], want[j]) {
-				t.Fatalf("message %d frame %d differs", i, j)
-			}
-		}
+		sameFrames(t, i, frames, want)
 		if len(fr.inside) != 0 {
 			t.Fatalf("message %d carries commands", i)
 		}

@@ -184,6 +184,12 @@ func rawPeer(t *testing.T, port int, identity string) net.Conn {
 // rawPeerOf is rawPeer presenting process as its incarnation.
 func rawPeerOf(t *testing.T, port int, identity, process string) net.Conn {
 	t.Helper()
+	return rawDealer(t, port, identity, process, false)
+}
+
+// rawDealer is rawPeerOf that, with keyCache, asks for a key cache.
+func rawDealer(t *testing.T, port int, identity, process string, keyCache bool) net.Conn {
+	t.Helper()
 	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 	if err != nil {
 		t.Fatal(err)
@@ -195,7 +201,7 @@ func rawPeerOf(t *testing.T, port int, identity, process string) net.Conn {
 	if _, err := readFull(c, buf); err != nil {
 		t.Fatal(err)
 	}
-	c.Write(ready("DEALER", identity, process, false))
+	c.Write(ready("DEALER", identity, process, keyCache))
 	return c
 }
 

@@ -33,14 +33,7 @@ func TestFramesRoundTrip(t *testing.T) {
 		if err != nil || cmd != nil {
 			t.Fatalf("message %d: %v, command %q", i, err, cmd)
 		}
-		if len(got) != len(want) {
-			t.Fatalf("message %d: %d frames, want %d", i, len(got), len(want))
-		}
-		for j := range want {
-			if !bytes.Equal(got[j], want[j]) {
-				t.Fatalf("message %d frame %d differs", i, j)
-			}
-		}
+		sameFrames(t, i, got, want)
 	}
 	_, cmd, err := fr.readMessage()
 	if err != nil {
@@ -173,5 +166,18 @@ func TestCommandsInsideAMessage(t *testing.T) {
 	}
 	if got, _, err := fr.readMessage(); err != nil || string(got[0]) != "next" || len(fr.inside) != 0 {
 		t.Fatalf("next message: %q %v, %d commands inside", got, err, len(fr.inside))
+	}
+}
+
+// sameFrames fails the test unless message i's frames are want's.
+func sameFrames(t *testing.T, i int, got, want [][]byte) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("message %d: %d frames, want %d", i, len(got), len(want))
+	}
+	for j := range want {
+		if !bytes.Equal(got[j], want[j]) {
+			t.Fatalf("message %d frame %d differs", i, j)
+		}
 	}
 }
