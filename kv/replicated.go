@@ -262,6 +262,9 @@ func (r *replicated[V]) keep(msg *message.Message, e *entry[V]) {
 			r.log.Error().Err(err).Msg("kv: re-decoding a kept request")
 		}
 		e.data, e.frames, e.owned = data, slices.Clone(msg.Data), true
+		if e.meta.keysKnown != nil {
+			e.meta.keysKnown = data.Keys // (the answer's keys will be these)
+		}
 		return
 	}
 	if e.answer.Keys != nil && msg.IsLent(0) && len(e.answer.Keys) > 0 && len(e.data.Keys) > 0 &&
@@ -609,11 +612,11 @@ func (r *replicated[V]) answer(e *entry[V], rg int, res KVPairs[V], err error, g
 		r.s.refuse(e.meta, err)
 		return
 	}
-	var body []byte
+	var tag *answerTag
 	if e.tagged {
-		body = answerTagBody(rg, gen, changed)
+		tag = &answerTag{r: rg, gen: gen, changed: changed}
 	}
-	if err := r.s.response(e.meta, res, true, body); err != nil {
+	if err := r.s.response(e.meta, res, true, tag); err != nil {
 		r.warn.Warn().Err(err).Msg("response failed")
 	}
 }

@@ -232,9 +232,7 @@ func (w *KVWorker[V]) viewChanged(v *replica.View) {
 // sendPart sends a part of request ts (again) to its server.
 func (w *KVWorker[V]) sendPart(ts int, r *request[V], sp sentPart[V], epoch uint64) {
 	msg := message.Get()
-	if w.managed {
-		msg.Meta.Body = tagBody(sp.r, epoch)
-	}
+	msg.Meta.Body = requestBody(w.managed, sp.r, epoch, r.pull != nil)
 	msg.Meta.AppID = int32(w.cust.AppID())
 	msg.Meta.CustomerID = int32(w.cust.CustomerID())
 	msg.Meta.Request = true
@@ -329,7 +327,9 @@ func (l *lossBook) init() {
 func (l *lossBook) answered(rg int, msg *message.Message, push bool) {
 	changed, gen := push, uint64(0)
 	if k, p := bodyKind(msg.Meta.Body); k == kindAnswerTag {
-		_, gen, changed, _ = parseTag(p, replica.MaxServers, true)
+		var flags uint64
+		_, gen, flags, _ = parseTag(p, replica.MaxServers, true)
+		changed = flags&flagChanged != 0
 	}
 	if !changed {
 		return

@@ -24,6 +24,27 @@ type KVMeta struct {
 	Timestamp  int
 	CustomerID int
 	AppID      int
+
+	// keysKnown is a pull's keys when its worker keeps them and so can do
+	// without them in the answer (a Go worker; see leavesKeysOut).
+	keysKnown []uint64
+}
+
+// leavesKeysOut reports whether answer res to req goes without its keys
+// frame: req's worker keeps the keys it asked for, and res answers exactly
+// those, which it does when its keys are the request's own slice (as
+// DefaultHandle's answers, and those of any handle that answers with the
+// keys it was given, are). Answers to C++ workers, and answers with keys
+// of their own, always carry their keys.
+func leavesKeysOut[V message.Value](req KVMeta, res KVPairs[V]) bool {
+	return len(res.Keys) > 0 && len(res.Keys) == len(req.keysKnown) && &res.Keys[0] == &req.keysKnown[0]
+}
+
+// answerTag is what a managed job's answer tags (answerTagBody).
+type answerTag struct {
+	r       int
+	gen     uint64
+	changed bool
 }
 
 // ReqHandle processes a request; it must call Response once for it, then or
@@ -97,9 +118,11 @@ func (s *KVServer[V]) SetSimpleRequestHandle(h SimpleHandle) {
 
 // Response answers req with res (keys, values and optional lens for a pull;
 // nothing for a push). It copies res, so the handle may reuse its slices at
-// once.
+// once. When res's keys are the request's own slice (as a handle that
+// answers the keys it was given has them) and the request came from a Go
+// worker, the answer goes without the keys, which that worker kept.
 func (s *KVServer[V]) Response(req KVMeta, res KVPairs[V]) error {
-	return s.response(req, res, false)
+	return s.response(req, res, false, nil)
 }
 
 // ZResponse is Response without copying res: large slices are sent from
@@ -108,13 +131,25 @@ func (s *KVServer[V]) Response(req KVMeta, res KVPairs[V]) error {
 // This is how C++ ps-lite answers; for a pull of millions of keys it saves
 // copying the answer.
 func (s *KVServer[V]) ZResponse(req KVMeta, res KVPairs[V]) error {
-	return s.response(req, res, true)
+	return s.response(req, res, true, nil)
 }
 
-func (s *KVServer[V]) response(req KVMeta, res KVPairs[V], zeroCopy bool, body ...[]byte) error {
+// response sends answer res to req, tagged when tag is not nil.
+func (s *KVServer[V]) response(req KVMeta, res KVPairs[V], zeroCopy bool, tag *answerTag) error {
 	msg := message.Get()
-	if len(body) > 0 {
-		msg.Meta.Body = body[0]
+	omit := leavesKeysOut(req, res)
+	flags := uint64(0)
+	if omit {
+		flags |= flagKeys
+	}
+	switch {
+	case tag != nil:
+		if tag.changed {
+			flags |= flagChanged
+		}
+		msg.Meta.Body = answerTagBody(tag.r, tag.gen, flags)
+	case omit:
+		msg.Meta.Body = keysBody(flags)
 	}
 	msg.ZeroCopy = zeroCopy
 	msg.Meta.AppID = int32(s.cust.AppID())
@@ -130,7 +165,9 @@ func (s *KVServer[V]) response(req KVMeta, res KVPairs[V], zeroCopy bool, body .
 			msg.Recycle()
 			return err
 		}
-		msg.AddData(message.Uint64, message.Frame(res.Keys))
+		if !omit {
+			msg.AddData(message.Uint64, message.Frame(res.Keys))
+		}
 		msg.AddData(message.TypeOf[V](), message.Frame(res.Vals))
 		if len(res.Lens) > 0 {
 			msg.AddData(message.Int32, message.Frame(res.Lens))
@@ -192,7 +229,7 @@ func (s *KVServer[V]) process(msg *message.Message) {
 	rep := s.rep
 	s.mu.RUnlock()
 	if rep != nil {
-		if k, p := bodyKind(msg.Meta.Body); k != 0 && k != kindTag {
+		if k, p := bodyKind(msg.Meta.Body); replicationKind(k) {
 			rep.replication(msg, k, p)
 			return
 		}
@@ -211,6 +248,9 @@ func (s *KVServer[V]) process(msg *message.Message) {
 		s.dropLog.Warn().Err(err).Str("msg", msg.String()).Msg("refusing a malformed KV request")
 		s.refuse(meta, err)
 		return
+	}
+	if meta.Pull && pullFlags(msg.Meta.Body, false)&flagKeys != 0 {
+		meta.keysKnown = data.Keys
 	}
 	if rep != nil {
 		rep.request(msg, meta, data)

@@ -42,6 +42,21 @@ const (
 	// could not be read, say again how far you are (no fields).
 	kindAskCopy  = 'C'
 	kindSayAgain = 'Y'
+	// kindKeys, outside managed jobs: flags, on a Go worker's pull
+	// (flagKeys: it keeps the keys it asks for, so the answer may leave
+	// them out) and on a Go server's answer to one (flagKeys: the answer
+	// has no keys frame). In managed jobs the flags ride on the tags.
+	kindKeys = 'K'
+)
+
+// Flags of kindKeys bodies and of tags.
+const (
+	// flagChanged, on an answer tag: the request changed the store.
+	flagChanged = 1
+	// flagKeys, on a pull: the answer may leave its keys out, when they
+	// are exactly the keys asked for; on an answer: it left them out, and
+	// its values (and lens) answer the keys of the request, in order.
+	flagKeys = 2
 )
 
 // replicationKind reports whether k is a message between the servers of
@@ -61,7 +76,7 @@ func bodyKind(body []byte) (byte, []byte) {
 	}
 	k := body[len(bodyPrefix)]
 	switch k {
-	case kindTag, kindAnswerTag, kindRedirect, kindForward, kindAck, kindSnapshot, kindRefuse, kindBatch, kindAskCopy, kindSayAgain:
+	case kindTag, kindAnswerTag, kindRedirect, kindForward, kindAck, kindSnapshot, kindRefuse, kindBatch, kindAskCopy, kindSayAgain, kindKeys:
 		return k, body[len(bodyPrefix)+1:]
 	}
 	return 0, nil
@@ -127,14 +142,35 @@ func (f *fields) getI32() int32 {
 	return int32(x)
 }
 
-func tagBody(r int, epoch uint64) []byte { return newBody(kindTag, 8).u(uint64(r)).u(epoch).b }
+func tagBody(r int, epoch uint64, flags uint64) []byte {
+	return newBody(kindTag, 8).u(uint64(r)).u(epoch).u(flags).b
+}
 
-func answerTagBody(r int, gen uint64, changed bool) []byte {
-	c := uint64(0)
-	if changed {
-		c = 1
+func answerTagBody(r int, gen uint64, flags uint64) []byte {
+	return newBody(kindAnswerTag, 8).u(uint64(r)).u(gen).u(flags).b
+}
+
+func keysBody(flags uint64) []byte { return newBody(kindKeys, 1).u(flags).b }
+
+// pullFlags returns the flags a request or an answer carries in its body
+// (a kindKeys body or a tag), 0 when none.
+func pullFlags(body []byte, answer bool) uint64 {
+	switch k, p := bodyKind(body); {
+	case k == kindKeys:
+		f := &fields{b: p}
+		flags := f.getU()
+		if f.err != nil || len(f.b) != 0 {
+			return 0
+		}
+		return flags
+	case k == kindTag && !answer, k == kindAnswerTag && answer:
+		_, _, flags, err := parseTag(p, replica.MaxServers, answer)
+		if err != nil {
+			return 0
+		}
+		return flags
 	}
-	return newBody(kindAnswerTag, 8).u(uint64(r)).u(gen).u(c).b
+	return 0
 }
 
 func redirectBody(r int, epoch uint64, ts int32) []byte {
@@ -333,17 +369,18 @@ func parseSnapshot(p []byte, n int) (replica.Snapshot[struct{}], error) {
 
 func refuseBody(r int, epoch uint64) []byte { return newBody(kindRefuse, 8).u(uint64(r)).u(epoch).b }
 
-// parseTag reads a tag or an answer tag: a range below n and a number
-// (epoch or gen), and for an answer tag whether it changed the store.
-func parseTag(p []byte, n int, answer bool) (r int, x uint64, changed bool, err error) {
+// parseTag reads a tag or an answer tag: a range below n, a number (epoch
+// or gen) and flags (an answer tag's always; a request tag's, flagKeys,
+// when it has them).
+func parseTag(p []byte, n int, answer bool) (r int, x uint64, flags uint64, err error) {
 	f := &fields{b: p}
 	r = f.getRank(n)
 	x = f.getU()
-	if answer {
-		changed = f.getU() == 1
+	if answer || len(f.b) > 0 { // (a request's flags may be left out)
+		flags = f.getU()
 	}
 	if f.err == nil && len(f.b) != 0 {
 		f.err = errShortBody
 	}
-	return r, x, changed, f.err
+	return r, x, flags, f.err
 }

@@ -136,12 +136,13 @@ type pullPart[V message.Value] struct {
 	drops       [2]func() // the holds keep took, dropped by release
 }
 
-// keep makes the part's views of msg's lent frames outlive msg.
-func (p *pullPart[V]) keep(msg *message.Message) {
-	if msg.IsLent(1) {
+// keep makes the part's views of msg's lent frames outlive msg: the
+// values at frame valsAt, the lens after them.
+func (p *pullPart[V]) keep(msg *message.Message, valsAt int) {
+	if msg.IsLent(valsAt) {
 		p.vals = holdLent(p.vals, &p.drops[0])
 	}
-	if msg.IsLent(2) {
+	if msg.IsLent(valsAt + 1) {
 		p.lens = holdLent(p.lens, &p.drops[1])
 	}
 }
@@ -338,6 +339,24 @@ type pullDest[V message.Value] struct {
 	lens *[]int32
 }
 
+// requestBody returns the body of a request for key range rg: in a managed
+// job its tag (the view's epoch), and on a pull the flag that lets the
+// server leave the keys out of its answer (the worker keeps them in the
+// request's parts; C++ servers never read the body and send them).
+func requestBody(managed bool, rg int, epoch uint64, pull bool) []byte {
+	flags := uint64(0)
+	if pull {
+		flags = flagKeys
+	}
+	switch {
+	case managed:
+		return tagBody(rg, epoch, flags)
+	case pull:
+		return keysBody(flags)
+	}
+	return nil
+}
+
 // maxStackParts is the most servers whose parts of a request the default
 // slicer writes to the stack.
 const maxStackParts = 8
@@ -415,7 +434,9 @@ func (w *KVWorker[V]) send(push, pull bool, o reqOptions, kvs KVPairs[V], dest p
 			if part.dest < 0 {
 				continue // no server holds the range now: sent with the next view
 			}
-			dest, body = part.dest, tagBody(i, view.Epoch)
+			dest, body = part.dest, requestBody(true, i, view.Epoch, pull)
+		} else {
+			body = requestBody(false, i, 0, pull)
 		}
 		msg := message.Get()
 		msg.Meta.Body = body
@@ -493,15 +514,29 @@ func (w *KVWorker[V]) process(msg *message.Message) {
 	var part pullPart[V]
 	w.mu.Lock()
 	rank := -1
+	var asked []uint64 // the keys this answer is for
 	if r, ok := w.reqs.Get(ts); ok {
 		rank, _ = w.answerRange(r, msg)
+		if sp := r.part(rank); sp != nil {
+			asked = sp.kvs.Keys
+		}
 	}
 	w.mu.Unlock()
 	if rank < 0 {
 		return // failed meanwhile
 	}
 	if msg.Meta.Pull {
-		kvs, err := decodeKVs[V](msg, true)
+		var kvs KVPairs[V]
+		var err error
+		valsAt := 1 // the index of the values frame
+		if pullFlags(msg.Meta.Body, true)&flagKeys != 0 {
+			// The server left the keys out: its values answer the keys
+			// this worker sent it.
+			valsAt = 0
+			kvs, err = decodeKeyless[V](msg, asked)
+		} else {
+			kvs, err = decodeKVs[V](msg, true)
+		}
 		if err == nil && len(kvs.Keys) == 0 {
 			err = fmt.Errorf("no keys")
 		}
@@ -514,10 +549,10 @@ func (w *KVWorker[V]) process(msg *message.Message) {
 		}
 		n := len(kvs.Keys)
 		part = pullPart[V]{first: kvs.Keys[0], last: kvs.Keys[n-1], keys: n,
-			vals: kvs.Vals, lens: kvs.Lens, lent: msg.IsLent(1)}
-		if (msg.IsLent(1) || msg.IsLent(2)) && !w.lastAnswer(ts, rank) {
+			vals: kvs.Vals, lens: kvs.Lens, lent: msg.IsLent(valsAt)}
+		if (msg.IsLent(valsAt) || msg.IsLent(valsAt+1)) && !w.lastAnswer(ts, rank) {
 			// It must outlive its message, which is given back on return.
-			part.keep(msg)
+			part.keep(msg, valsAt)
 		}
 	}
 	w.mu.Lock()
@@ -630,6 +665,37 @@ func (w *KVWorker[V]) assemble(p *pulling[V]) error {
 		*dest.lens = lens
 	}
 	return nil
+}
+
+// decodeKeyless reads an answer to a pull that left its keys out: values
+// and optional lens for keys, the keys the worker asked for.
+func decodeKeyless[V message.Value](msg *message.Message, keys []uint64) (KVPairs[V], error) {
+	var kvs KVPairs[V]
+	if len(keys) == 0 {
+		return kvs, fmt.Errorf("an answer without keys to a request this worker did not send")
+	}
+	n := len(msg.Data)
+	if n < 1 || n > 2 {
+		return kvs, fmt.Errorf("%d data frames in an answer without keys (want values and optional lens)", n)
+	}
+	want := []message.DataType{message.TypeOf[V](), message.Int32}
+	for i := range n {
+		if got := msg.Meta.DataTypes[i]; !message.Compatible(got, want[i]) {
+			return kvs, fmt.Errorf("%s frame tagged %v, want %v", [...]string{"values", "lens"}[i], got, want[i])
+		}
+	}
+	var err error
+	kvs.Keys = keys
+	if kvs.Vals, err = message.Values[V](msg.Data[0]); err != nil {
+		return kvs, fmt.Errorf("values: %w", err)
+	}
+	if n == 2 {
+		if kvs.Lens, err = message.Values[int32](msg.Data[1]); err != nil {
+			return kvs, fmt.Errorf("lens: %w", err)
+		}
+	}
+	kvs.Priority = int(msg.Meta.Priority)
+	return kvs, kvs.Check(true)
 }
 
 // decodeKVs reads keys, values and optional lens from msg's data frames.
