@@ -678,22 +678,11 @@ func decodeKeyless[V message.Value](msg *message.Message, keys []uint64) (KVPair
 	if n < 1 || n > 2 {
 		return kvs, fmt.Errorf("%d data frames in an answer without keys (want values and optional lens)", n)
 	}
-	want := []message.DataType{message.TypeOf[V](), message.Int32}
-	for i := range n {
-		if got := msg.Meta.DataTypes[i]; !message.Compatible(got, want[i]) {
-			return kvs, fmt.Errorf("%s frame tagged %v, want %v", [...]string{"values", "lens"}[i], got, want[i])
-		}
+	kvs, err := decodeParts[V](msg.Data, msg.Meta.DataTypes, 1)
+	if err != nil {
+		return kvs, err
 	}
-	var err error
 	kvs.Keys = keys
-	if kvs.Vals, err = message.Values[V](msg.Data[0]); err != nil {
-		return kvs, fmt.Errorf("values: %w", err)
-	}
-	if n == 2 {
-		if kvs.Lens, err = message.Values[int32](msg.Data[1]); err != nil {
-			return kvs, fmt.Errorf("lens: %w", err)
-		}
-	}
 	kvs.Priority = int(msg.Meta.Priority)
 	return kvs, kvs.Check(true)
 }
@@ -716,23 +705,38 @@ func decodeFrames[V message.Value](frames [][]byte, types []message.DataType, wi
 	if n < 2 || n > 3 {
 		return kvs, fmt.Errorf("%d data frames (want keys, values and optional lens)", n)
 	}
-	want := []message.DataType{message.Uint64, message.TypeOf[V](), message.Int32}
-	for i := range n {
+	kvs, err := decodeParts[V](frames, types, 0)
+	if err != nil {
+		return kvs, err
+	}
+	return kvs, kvs.Check(withVals)
+}
+
+// decodeParts reads data frames (as many types) that hold, in this order,
+// keys, values and lens, starting with the part numbered first (0 keys, 1
+// values): all their types are checked before any frame is read.
+func decodeParts[V message.Value](frames [][]byte, types []message.DataType, first int) (KVPairs[V], error) {
+	var kvs KVPairs[V]
+	want := []message.DataType{message.Uint64, message.TypeOf[V](), message.Int32}[first:]
+	names := [...]string{"keys", "values", "lens"}
+	for i := range frames {
 		if got := types[i]; !message.Compatible(got, want[i]) {
-			return kvs, fmt.Errorf("%s frame tagged %v, want %v", [...]string{"keys", "values", "lens"}[i], got, want[i])
+			return kvs, fmt.Errorf("%s frame tagged %v, want %v", names[first+i], got, want[i])
 		}
 	}
 	var err error
-	if kvs.Keys, err = message.Values[uint64](frames[0]); err != nil {
-		return kvs, fmt.Errorf("keys: %w", err)
-	}
-	if kvs.Vals, err = message.Values[V](frames[1]); err != nil {
-		return kvs, fmt.Errorf("values: %w", err)
-	}
-	if n == 3 {
-		if kvs.Lens, err = message.Values[int32](frames[2]); err != nil {
-			return kvs, fmt.Errorf("lens: %w", err)
+	for i, f := range frames {
+		switch first + i {
+		case 0:
+			kvs.Keys, err = message.Values[uint64](f)
+		case 1:
+			kvs.Vals, err = message.Values[V](f)
+		default:
+			kvs.Lens, err = message.Values[int32](f)
+		}
+		if err != nil {
+			return kvs, fmt.Errorf("%s: %w", names[first+i], err)
 		}
 	}
-	return kvs, kvs.Check(withVals)
+	return kvs, nil
 }
