@@ -72,6 +72,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzHandshake$$' -fuzztime $(or $(FUZZTIME),50000x) ./van/zmtptransport/
 	$(GO) test -run '^$$' -fuzz '^FuzzKeyCacheReader$$' -fuzztime $(or $(FUZZTIME),100000x) ./van/zmtptransport/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(or $(FUZZTIME),150000x) ./message/
+	$(GO) test -run '^$$' -fuzz '^FuzzBodies$$' -fuzztime $(or $(FUZZTIME),50000x) ./kv/
 
 # The jobs that move values, in process and as real processes, on every
 # transport; without -race (make test ran them with it), with poison.

@@ -116,3 +116,82 @@ func TestBatchEntriesOwnTheirTypes(t *testing.T) {
 		}
 	}
 }
+
+// FuzzBodies feeds arbitrary fields to every reader of the bodies Go nodes
+// add to KV messages (tags, redirects, forwards, acks, copies) and to the
+// pull flags: none may panic, what one accepts names ranks and servers
+// below n, and it reads back the same from the body written for it.
+func FuzzBodies(f *testing.F) {
+	_, tag := bodyKind(tagBody(1, 7, flagKeys))
+	_, fwd := bodyKind(forwardBody(&replica.Forward[struct{}]{Epoch: 3, From: 1, Range: 2, LSN: 9, Kind: replica.EntryRequest,
+		Origin: replica.Origin{Sender: 9, Customer: 0, TS: -1}}, 0, true, true))
+	_, ack := bodyKind(ackBody(replica.Ack{Epoch: 2, From: 1, Range: 1, Version: 4, LSN: 5}))
+	_, snap := bodyKind(snapshotBody(&replica.Snapshot[struct{}]{From: 2, Range: 1, LSN: 3,
+		Applied: []replica.Applied{{LSN: 2, Origin: replica.Origin{Sender: 9, TS: 4}, Answer: []byte{1}}}}))
+	_, red := bodyKind(redirectBody(1, 5, 12))
+	for _, p := range [][]byte{tag, fwd, ack, snap, red, {}, {0xff, 0xff, 0xff}} {
+		f.Add(p, 3, byte(kindTag))
+	}
+	f.Fuzz(func(t *testing.T, p []byte, n int, kind byte) {
+		if n <= 0 || n > replica.MaxServers {
+			return
+		}
+		if r, epoch, ts, err := parseRedirect(p, n); err == nil {
+			_, q := bodyKind(redirectBody(r, epoch, ts))
+			if r2, e2, ts2, err := parseRedirect(q, n); r >= n || err != nil || r2 != r || e2 != epoch || ts2 != ts {
+				t.Fatalf("redirect %d %d %d read back as %d %d %d (%v)", r, epoch, ts, r2, e2, ts2, err)
+			}
+		}
+		if h, err := parseForward(p, n); err == nil {
+			_, q := bodyKind(forwardBody(&h.f, h.cmd, h.push, h.pull))
+			if h2, err := parseForward(q, n); h.f.From >= n || h.f.Range >= n || err != nil || h2 != h {
+				t.Fatalf("forward %+v read back as %+v (%v)", h, h2, err)
+			}
+		}
+		if a, err := parseAck(p, n); err == nil {
+			_, q := bodyKind(ackBody(a))
+			if a2, err := parseAck(q, n); a.From >= n || a.Range >= n || err != nil || a2 != a {
+				t.Fatalf("ack %+v read back as %+v (%v)", a, a2, err)
+			}
+		}
+		if s, err := parseSnapshot(p, n); err == nil {
+			_, q := bodyKind(snapshotBody(&s))
+			if s2, err := parseSnapshot(q, n); s.From >= n || s.Range >= n || err != nil || !reflect.DeepEqual(s2, s) {
+				t.Fatalf("copy %+v read back as %+v (%v)", s, s2, err)
+			}
+		}
+		for _, answer := range []bool{false, true} {
+			r, x, flags, err := parseTag(p, n, answer)
+			if err != nil {
+				continue
+			}
+			body := tagBody(r, x, flags)
+			if answer {
+				body = answerTagBody(r, x, flags)
+			}
+			_, q := bodyKind(body)
+			if r2, x2, f2, err := parseTag(q, n, answer); r >= n || err != nil || r2 != r || x2 != x || f2 != flags {
+				t.Fatalf("tag %d %d %d read back as %d %d %d (%v)", r, x, flags, r2, x2, f2, err)
+			}
+			if got := pullFlags(body, answer); n == replica.MaxServers && got != flags {
+				t.Fatalf("pull flags %d of a tag read as %d", flags, got)
+			}
+		}
+		// Any body at all, as a request's and as an answer's: its flags are
+		// read without a panic, and a kindKeys body's are its one number.
+		body := append(append([]byte(bodyPrefix), kind), p...)
+		for _, answer := range []bool{false, true} {
+			got := pullFlags(body, answer)
+			if kind == kindKeys {
+				fl := &fields{b: p}
+				want := fl.getU()
+				if fl.err != nil || len(fl.b) != 0 {
+					want = 0
+				}
+				if got != want {
+					t.Fatalf("kindKeys body %x: flags %d, want %d", p, got, want)
+				}
+			}
+		}
+	})
+}
