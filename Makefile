@@ -71,6 +71,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzFrameReader$$' -fuzztime $(or $(FUZZTIME),200000x) ./van/zmtptransport/
 	$(GO) test -run '^$$' -fuzz '^FuzzHandshake$$' -fuzztime $(or $(FUZZTIME),50000x) ./van/zmtptransport/
 	$(GO) test -run '^$$' -fuzz '^FuzzKeyCacheReader$$' -fuzztime $(or $(FUZZTIME),100000x) ./van/zmtptransport/
+	$(GO) test -run '^$$' -fuzz '^FuzzKeyCodeReader$$' -fuzztime $(or $(FUZZTIME),100000x) ./van/zmtptransport/
+	$(GO) test -run '^$$' -fuzz '^FuzzKeyCode$$' -fuzztime $(or $(FUZZTIME),100000x) ./van/zmtptransport/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(or $(FUZZTIME),150000x) ./message/
 	$(GO) test -run '^$$' -fuzz '^FuzzBodies$$' -fuzztime $(or $(FUZZTIME),50000x) ./kv/
 

@@ -111,6 +111,11 @@ type Config struct {
 	// default: on this project's test machine it made some bulk transfers
 	// faster and others slower (docs/ZMTP-KEYCACHE.md).
 	KeyCacheMB int
+	// KeyCode is PS_KEY_CODE (default 1; 0 turns it off): with the ZMTP
+	// transport, a Go node sends a sorted key list of 64 KiB or more to
+	// another Go node as its gaps, packed, when that halves it
+	// (zmtptransport.Options.KeyCode).
+	KeyCode bool
 	// PoisonLent is PS_POISON_LENT=1: request memory lent to a handle (see
 	// kv.KVServer.LendRequests) is overwritten with 0xDB bytes when the
 	// handle returns, so that a handle that keeps a view fails its tests.
@@ -225,6 +230,7 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	c.PoisonLent = intVar("PS_POISON_LENT", 0, 0, 1, false) != 0
 	c.KeepRecvMemory = intVar("PS_KEEP_RECV_MEMORY", 1, 0, 1, false) != 0
 	c.KeyCacheMB = intVar("PS_KEY_CACHE_MB", 0, 0, 1<<20, false)
+	c.KeyCode = intVar("PS_KEY_CODE", 1, 0, 1, false) != 0
 	c.Replicas = intVar("PS_REPLICAS", 0, 0, 16, false)
 	c.CheckpointDir = get("PS_CHECKPOINT_DIR")
 	c.CheckpointInterval = time.Duration(intVar("PS_CHECKPOINT_INTERVAL", 0, 0, 1<<20, false)) * time.Second

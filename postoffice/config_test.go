@@ -97,6 +97,7 @@ func TestConfigComplete(t *testing.T) {
 		LinkTimeout:      180 * time.Second,
 		MaxMessageBytes:  1 << 30,
 		KeepRecvMemory:   true,
+		KeyCode:          true,
 		VanType:          "zmtp",
 	}
 	if c != want {
@@ -128,6 +129,19 @@ func TestConfigKeyCache(t *testing.T) {
 	}
 	e["PS_KEY_CACHE_MB"] = "-1"
 	configErr(t, e, "PS_KEY_CACHE_MB")
+}
+
+func TestConfigKeyCode(t *testing.T) {
+	e := base()
+	if c := mustConfig(t, e); !c.KeyCode {
+		t.Fatal("PS_KEY_CODE unset: KeyCode off")
+	}
+	e["PS_KEY_CODE"] = "0"
+	if c := mustConfig(t, e); c.KeyCode {
+		t.Fatal("PS_KEY_CODE=0: KeyCode on")
+	}
+	e["PS_KEY_CODE"] = "2"
+	configErr(t, e, "PS_KEY_CODE")
 }
 
 func TestConfigOptional(t *testing.T) {

@@ -41,6 +41,7 @@ func newTransport(cfg Config, log zerolog.Logger) (van.Transport, error) {
 		LinkTimeout:       cfg.LinkTimeout,
 		PoisonLent:        cfg.PoisonLent,
 		KeyCacheBytes:     int64(cfg.KeyCacheMB) << 20,
+		KeyCode:           cfg.KeyCode,
 		Process:           newIncarnation(),
 		Log:               log,
 	})

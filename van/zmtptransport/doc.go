@@ -24,7 +24,10 @@
 // frame, 1 MiB or more) sent again goes as a reference to a copy the
 // receiver keeps (keycache.go, Options.KeyCacheBytes): negotiated per
 // connection in the handshake, invisible above the transport, never seen
-// by libzmq or C++ peers.
+// by libzmq or C++ peers. A sorted key list of 256 KiB or more whose gaps
+// halve it goes as its gaps, packed (keycodec.go, Options.KeyCode; on by
+// default through PS_KEY_CODE): negotiated the same way, decoded byte for
+// byte before anything above the transport sees it.
 //
 // Goroutines: one accepts connections; with a link timeout, one pings; one per accepted connection reads
 // it and passes messages to the receive loop through a bounded queue (a

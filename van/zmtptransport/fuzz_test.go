@@ -136,8 +136,8 @@ func TestFrameMemoryFollowsBytes(t *testing.T) {
 // within its timeout, whatever the peer sends (or fails to send).
 func FuzzHandshake(f *testing.F) {
 	g := greeting()
-	f.Add(append(append([]byte{}, g...), ready("DEALER", "ps9", "p1", false)...), true)
-	f.Add(append(append([]byte{}, g...), ready("ROUTER", "", "", false)...), false)
+	f.Add(append(append([]byte{}, g...), ready("DEALER", "ps9", "p1", false, false)...), true)
+	f.Add(append(append([]byte{}, g...), ready("ROUTER", "", "", false, false)...), false)
 	f.Add(append(append([]byte{}, g...), errorCommand("no")...), false)
 	f.Add(append(append([]byte{}, g...), command("PING", nil)...), true)
 	f.Add(g[:10], true)

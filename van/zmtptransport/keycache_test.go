@@ -256,7 +256,7 @@ func TestKeyCacheBadReferenceDropsTheConnection(t *testing.T) {
 		append(putCommand(0, 1, 0), appendMessage(nil, [][]byte{make([]byte, 5<<20)})...),
 	}
 	for i, b := range bad {
-		c := rawDealer(t, port, "ps9", "", true)
+		c := rawDealer(t, port, "ps9", "", true, false)
 		msg := appendHeader(nil, flagMore, 1)
 		msg = append(append(msg, 'm'), b...)
 		c.Write(msg)

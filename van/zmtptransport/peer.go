@@ -56,9 +56,13 @@ type peer struct {
 	// connection end before they are written.
 	kc       sendCache
 	kcQueued map[*byte]kcUndo
-	held     bool
-	closing  bool
-	kick     chan struct{} // wakes the writer (capacity 1)
+	// code: the ROUTER at the other end of the current connection
+	// decodes coded key lists (keycodec.go); the commands of those queued
+	// in q are in kcQueued too.
+	code    bool
+	held    bool
+	closing bool
+	kick    chan struct{} // wakes the writer (capacity 1)
 }
 
 func newPeer(t *Transport, id int, network, addr, identity string) *peer {
@@ -223,6 +227,15 @@ func (p *peer) queueLargeLocked(frames [][]byte, shared bool) {
 				f, owned = plan.data, true
 			}
 		}
+		if i == 1 && p.code && shared && !owned && len(f) >= keyCodeMin {
+			if len(cur) > 0 {
+				p.q = append(p.q, cur)
+				cur = nil
+			}
+			if p.queueCodedLocked(f, flags) {
+				continue
+			}
+		}
 		cur = appendHeader(cur, flags, len(f))
 		if len(f) < zeroCopyMin {
 			cur = append(cur, f...)
@@ -276,6 +289,47 @@ func (p *peer) queueCacheLocked(plan kcPlan, flags byte, size int) {
 	p.kcQueued[&cmd[0]] = undo
 }
 
+// queueCodedLocked queues the key list f, sent with flags, coded, and
+// reports whether it did: not when f is not a sorted list of keys that
+// shrinks enough. f is the caller's (shared), held until written: should
+// the connection end first, it goes whole on the next one (kcQueued).
+// qMu is held.
+func (p *peer) queueCodedLocked(f []byte, flags byte) bool {
+	keys, ok := keyView(f)
+	if !ok {
+		return false
+	}
+	size, ok := codeEstimate(keys)
+	if !ok {
+		return false
+	}
+	buf := p.t.pool.get(size)
+	n, ok := encodeKeys(buf, keys)
+	if !ok && size < codeBound(len(f)) {
+		// Gaps wider further on than at the start: the room a list that
+		// halves needs at most.
+		p.t.pool.put(buf, false)
+		buf = p.t.pool.get(codeBound(len(f)))
+		n, ok = encodeKeys(buf, keys)
+	}
+	if !ok {
+		p.t.pool.put(buf, false)
+		return false
+	}
+	cmd := appendHeader(codeCommand(len(f)), flags, n)
+	p.q = append(p.q, cmd, buf[:n])
+	p.holds = append(p.holds, func() { p.t.pool.put(buf, false) })
+	if drop, ok := message.HoldLent(f); ok {
+		p.holds = append(p.holds, drop)
+	}
+	if p.kcQueued == nil {
+		p.kcQueued = map[*byte]kcUndo{}
+	}
+	p.kcQueued[&cmd[0]] = kcUndo{hdr: appendHeader(nil, flags, len(f)), data: f}
+	p.t.coded.Add(1)
+	return true
+}
+
 // forgetCacheLocked forgets what the last connection's ROUTER kept: the
 // key cache commands still queued are undone, and nothing is cached until
 // the next connection's offer; qMu is held.
@@ -297,6 +351,7 @@ func (p *peer) forgetCacheLocked() {
 	}
 	p.kcQueued = nil
 	p.kc.reset()
+	p.code = false
 }
 
 // queueRaw queues bytes that are not a message (a PING, a PONG). They are
@@ -529,6 +584,11 @@ func (p *peer) listen(br *bufio.Reader, lk *link, dead chan struct{}) {
 		for _, c := range append(fr.inside, cmd) {
 			if reply := answer(c); reply != nil {
 				p.queueRaw(reply)
+			}
+			if name, _, err := parseCommand(c); err == nil && name == cmdCodeOK && p.t.keyCode() {
+				p.qMu.Lock()
+				p.code = true
+				p.qMu.Unlock()
 			}
 			if name, body, err := parseCommand(c); err == nil && name == cmdOffer && p.t.opts.KeyCacheBytes > 0 {
 				p.qMu.Lock()

@@ -78,7 +78,7 @@ func TestMessagesWithTheReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	big := pattern(3<<20, 9)
-	first := append(ready("DEALER", "ps9", "", false), appendMessage(nil, [][]byte{[]byte("small")})...)
+	first := append(ready("DEALER", "ps9", "", false, false), appendMessage(nil, [][]byte{[]byte("small")})...)
 	first = append(first, appendMessage(nil, [][]byte{[]byte("large"), big})...)
 	if _, err := c.Write(first); err != nil {
 		t.Fatal(err)

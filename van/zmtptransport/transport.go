@@ -118,6 +118,10 @@ type Options struct {
 	// the DEALER sends a reference to one instead of the list again. 0:
 	// off (no offer made or taken).
 	KeyCacheBytes int64
+	// KeyCode turns on coded key lists with peers on this transport that
+	// can decode them (keycodec.go, PS_KEY_CODE): a sorted key list whose
+	// gaps shrink to at most half its bytes is sent as its gaps, packed.
+	KeyCode bool
 	// KeyCacheTotal bounds what the key caches of all accepted
 	// connections may keep together; 0 means 4 * KeyCacheBytes. A
 	// connection that comes when it is spent gets no offer.
@@ -247,6 +251,8 @@ type Transport struct {
 	// kcPuts and kcRefs count the frames sent with X-KCPUT and as
 	// X-KCREF (KeyCacheStats).
 	kcPuts, kcRefs atomic.Int64
+	// coded counts the key lists sent coded (KeyCodeStats).
+	coded atomic.Int64
 }
 
 var (
@@ -553,6 +559,14 @@ func (t *Transport) serve(ic *inConn) {
 			defer fr.kc.close()
 		}
 	}
+	// Coded key lists from the same (keycodec.go): this node says it
+	// decodes them, and the peer may send them from then on.
+	if t.keyCode() && props[strings.ToLower(keyCodeProperty)] != "" && held && t.member(props["identity"]) && props["identity"] != t.opts.SchedulerIdentity {
+		if ic.write(command(cmdCodeOK, nil), t.opts.HandshakeTimeout) != nil {
+			return
+		}
+		fr.code = true
+	}
 	var batch []inMsg
 	for {
 		// Pass on, together, what has arrived already: one hand-off to the
@@ -634,6 +648,13 @@ func (t *Transport) reserveKeyCache() int64 {
 // kept by the peer's key cache, and how many it sent as references to
 // kept ones.
 func (t *Transport) KeyCacheStats() (puts, refs int64) { return t.kcPuts.Load(), t.kcRefs.Load() }
+
+// KeyCodeStats returns how many key lists this transport sent coded.
+func (t *Transport) KeyCodeStats() int64 { return t.coded.Load() }
+
+// keyCode reports whether this transport codes key lists, and decodes
+// them: only where a key frame's bytes are the machine's uint64s.
+func (t *Transport) keyCode() bool { return t.opts.KeyCode && littleEndian }
 
 // write writes b to an accepted connection (a PONG or a PING), waiting at
 // most d.
@@ -891,7 +912,7 @@ func (t *Transport) handshake(c net.Conn, br *bufio.Reader, ours, identity strin
 		return nil, err
 	}
 	if admit == nil {
-		if _, err := c.Write(ready(ours, identity, t.opts.Process, t.opts.KeyCacheBytes > 0)); err != nil {
+		if _, err := c.Write(ready(ours, identity, t.opts.Process, t.opts.KeyCacheBytes > 0, t.keyCode())); err != nil {
 			return nil, err
 		}
 	}
@@ -922,7 +943,7 @@ func (t *Transport) handshake(c net.Conn, br *bufio.Reader, ours, identity strin
 			c.Write(errorCommand(err.Error()))
 			return nil, err
 		}
-		if _, err := c.Write(ready(ours, identity, "", false)); err != nil {
+		if _, err := c.Write(ready(ours, identity, "", false, false)); err != nil {
 			return nil, err
 		}
 	}

@@ -184,11 +184,12 @@ func rawPeer(t *testing.T, port int, identity string) net.Conn {
 // rawPeerOf is rawPeer presenting process as its incarnation.
 func rawPeerOf(t *testing.T, port int, identity, process string) net.Conn {
 	t.Helper()
-	return rawDealer(t, port, identity, process, false)
+	return rawDealer(t, port, identity, process, false, false)
 }
 
-// rawDealer is rawPeerOf that, with keyCache, asks for a key cache.
-func rawDealer(t *testing.T, port int, identity, process string, keyCache bool) net.Conn {
+// rawDealer is rawPeerOf that, with keyCache, asks for a key cache, and
+// with keyCode, says it codes key lists.
+func rawDealer(t *testing.T, port int, identity, process string, keyCache, keyCode bool) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 	if err != nil {
@@ -201,7 +202,7 @@ func rawDealer(t *testing.T, port int, identity, process string, keyCache bool) 
 	if _, err := readFull(c, buf); err != nil {
 		t.Fatal(err)
 	}
-	c.Write(ready("DEALER", identity, process, keyCache))
+	c.Write(ready("DEALER", identity, process, keyCache, keyCode))
 	return c
 }
 
@@ -523,7 +524,7 @@ func TestCloseIsBoundedWithAPeerThatDoesNotRead(t *testing.T) {
 		}
 		defer c.Close()
 		c.Write(greeting())
-		c.Write(ready("ROUTER", "", "", false))
+		c.Write(ready("ROUTER", "", "", false, false))
 		<-stop // holds the connection open, reading nothing
 	}()
 	linger := 200 * time.Millisecond
@@ -569,7 +570,7 @@ func TestSilentPeersAreDropped(t *testing.T) {
 			}
 			defer c.Close()
 			c.Write(greeting())
-			c.Write(ready("ROUTER", "", "", false))
+			c.Write(ready("ROUTER", "", "", false, false))
 			go func() { // reads, so that nothing waits on a full buffer
 				buf := make([]byte, 4096)
 				for {

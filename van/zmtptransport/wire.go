@@ -110,8 +110,9 @@ func command(name string, body []byte) []byte {
 // ready encodes the READY command of a socket of type socketType with the
 // given identity (libzmq sends the Identity property for DEALER and ROUTER
 // sockets, empty when none is set), this process's incarnation when not
-// empty, and, with keyCache, that it can use a key cache (keycache.go).
-func ready(socketType, identity, process string, keyCache bool) []byte {
+// empty, with keyCache, that it can use a key cache (keycache.go), and
+// with keyCode, that it can send coded key lists (keycodec.go).
+func ready(socketType, identity, process string, keyCache, keyCode bool) []byte {
 	var body []byte
 	body = appendProperty(body, "Socket-Type", socketType)
 	body = appendProperty(body, "Identity", identity)
@@ -120,6 +121,9 @@ func ready(socketType, identity, process string, keyCache bool) []byte {
 	}
 	if keyCache {
 		body = appendProperty(body, keyCacheProperty, "1")
+	}
+	if keyCode {
+		body = appendProperty(body, keyCodeProperty, "1")
 	}
 	return command("READY", body)
 }
@@ -220,6 +224,11 @@ type frameReader struct {
 	// is what it keeps (keycache.go); nil: X-KCPUT and X-KCREF are not
 	// expected.
 	kc *recvCache
+	// code, on a ROUTER's connection that told its peer it decodes coded
+	// key lists (keycodec.go), lets X-KCODE commands through; coded is the
+	// plain size the last one announced for the frame that follows it.
+	code  bool
+	coded int
 	// inside holds, after readMessage, the commands read between the
 	// frames of the message it returned. ZMTP's grammar puts commands
 	// between messages only, but libzmq (4.3) sends a PONG, or a PING,
@@ -325,6 +334,18 @@ func (fr *frameReader) readMessage() (frames [][]byte, cmd []byte, err error) {
 					continue
 				}
 			}
+			if fr.code || fr.coded != 0 {
+				if name, rest, err := parseCommand(body); fr.coded != 0 || err == nil && name == cmdCode {
+					size, perr := parseCode(rest, fr.maxBytes)
+					if n == 0 || fr.coded != 0 || perr != nil {
+						fr.giveBack(frames)
+						fr.coded = 0
+						return nil, nil, fmt.Errorf("%w: %s out of place (%v)", errProtocol, cmdCode, perr)
+					}
+					fr.coded = size
+					continue
+				}
+			}
 			if n == 0 {
 				return nil, body, nil
 			}
@@ -333,6 +354,20 @@ func (fr *frameReader) readMessage() (frames [][]byte, cmd []byte, err error) {
 				return nil, nil, fmt.Errorf("%w: more than %d commands inside a message", errProtocol, maxInside)
 			}
 			fr.inside = append(fr.inside, body)
+			continue
+		}
+		if fr.coded != 0 {
+			plain := fr.coded
+			fr.coded = 0
+			var f []byte
+			frames, f, skip, err = fr.decoded(frames, &n, &total, skip, int(size), plain)
+			if err != nil {
+				fr.giveBack(append(frames, f))
+				return nil, nil, err
+			}
+			if flags&flagMore == 0 {
+				return fr.end(frames, skip, n, total)
+			}
 			continue
 		}
 		total += size
@@ -410,6 +445,53 @@ func (fr *frameReader) add(frames [][]byte, n *int, total *int64, skip bool, kep
 	}
 	copy(f, kept)
 	return append(frames, f), false
+}
+
+// decoded reads a coded key list of size bytes, the n-th frame of a
+// message (total bytes so far) whose plain list has plain bytes, and adds
+// the list to frames, decoded, as if it had been received plain: into a
+// pool buffer, lent, when it is large; not at all when the message is
+// skipped or now goes beyond the bounds (it is read and dropped then). A
+// list that does not decode is a protocol error (f, when not nil, is then
+// the buffer to give back).
+func (fr *frameReader) decoded(frames [][]byte, n *int, total *int64, skip bool, size, plain int) (_ [][]byte, f []byte, _ bool, err error) {
+	*total += int64(plain)
+	*n++
+	if !skip && (*n > fr.maxFrames || *total > fr.maxBytes) {
+		fr.giveBack(frames)
+		frames, skip = nil, true
+	}
+	if skip {
+		_, err := fr.r.Discard(size)
+		return nil, nil, true, err
+	}
+	pooled := fr.pool != nil && plain >= lendMin && *n <= 64
+	if pooled {
+		f = fr.pool.get(plain)
+		fr.lent |= 1 << (*n - 1)
+	} else {
+		f = make([]byte, plain)
+	}
+	coded, err := fr.readFrame(size, fr.pool != nil && size >= lendMin)
+	if err != nil {
+		return frames, f, false, err
+	}
+	keys, ok := keyView(f)
+	if !ok {
+		err = fmt.Errorf("%w: coded key list on a machine that cannot decode it", errProtocol)
+	} else if err = decodeKeys(keys, coded); err != nil {
+		err = fmt.Errorf("%w: %w", errProtocol, err)
+	}
+	if fr.pool != nil && size >= lendMin {
+		fr.pool.put(coded, false)
+	}
+	if err != nil {
+		return frames, f, false, err
+	}
+	if frames == nil {
+		frames = make([][]byte, 0, 4)
+	}
+	return append(frames, f), nil, false, nil
 }
 
 // growStep is the most a frame's buffer takes before its bytes arrive

@@ -105,7 +105,7 @@ func TestGreetingAndReady(t *testing.T) {
 		}
 	}
 
-	fr := reader(ready("DEALER", "ps9", "", false), 1, 1<<16)
+	fr := reader(ready("DEALER", "ps9", "", false, false), 1, 1<<16)
 	_, cmd, err := fr.readMessage()
 	if err != nil {
 		t.Fatal(err)

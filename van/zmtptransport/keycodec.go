@@ -1,0 +1,244 @@
+package zmtptransport
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+	"unsafe"
+)
+
+// Key coding between Go nodes on this transport: a sorted key list (the
+// first data frame of a KV message, little-endian uint64 keys in ascending
+// order, as ps-lite requires of every request) is sent as the differences
+// between neighbouring keys, packed in as few bits as a block of them
+// needs. Keys are two thirds of a push's bytes; a list whose gaps are
+// regular (dense keys, a dense model's rows, keys spread evenly over the
+// key space) shrinks to almost nothing, while one whose gaps are random
+// (hashed features) does not shrink enough to be worth the work, and the
+// sender finds that out within its first blocks and sends it as it is.
+//
+// Coded form of a list of n keys (n >= 1):
+//
+//	the first key, 8 bytes little-endian;
+//	then, for each block of up to codeBlock following keys:
+//	  the smallest gap in the block (uvarint),
+//	  a width w (one byte, 0..codeMaxWidth),
+//	  each gap minus the smallest, w bits, least significant first,
+//	  packed into ceil(len*w/8) bytes.
+//
+// The decoded size (8n) travels in the X-KCODE command before the coded
+// frame (keycodec use in peer.go and wire.go).
+const (
+	// codeBlock is how many gaps share one width.
+	codeBlock = 128
+	// codeMaxWidth is the widest gap a block may code (wider ones are not
+	// worth coding); it keeps a value and the bits before it within one
+	// 64-bit word.
+	codeMaxWidth = 56
+	// codeProbe is how many keys the encoder codes before it checks that
+	// the list shrinks enough; codeWorth is the largest coded size, as a
+	// fraction (codeWorth/16) of the plain size, worth sending: coding and
+	// decoding cost about as much CPU as the kernel spends to move the
+	// bytes they save, so a list that does not halve is sent plain.
+	codeProbe = 16 * codeBlock
+	codeWorth = 8
+	// keyCodeMin is the smallest key frame coded: below it the saving is
+	// a few microseconds of a message that takes more.
+	keyCodeMin = 256 << 10
+
+	keyCodeProperty = "X-Pslite-Keycode"
+	cmdCodeOK       = "X-KCODEOK"
+	cmdCode         = "X-KCODE"
+)
+
+// codeBound is the most bytes encodeKeys writes for a plain list of size
+// bytes.
+func codeBound(size int) int { return size * codeWorth / 16 }
+
+// keyView returns the key frame b as the keys it holds, without a copy,
+// when this machine is little-endian (the frame's byte order) and b is
+// aligned for them; ok is false otherwise.
+func keyView(b []byte) (keys []uint64, ok bool) {
+	if !littleEndian || len(b)%8 != 0 || len(b) == 0 || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%8 != 0 {
+		return nil, false
+	}
+	return unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/8), true
+}
+
+// littleEndian is whether this machine stores a uint64 as a key frame does.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// encodeKeys codes a sorted key list into dst and returns the coded bytes,
+// or false when keys are not sorted, are fewer than two, or would not
+// shrink to codeBound(8*len(keys)) bytes or fit in dst.
+func encodeKeys(dst []byte, keys []uint64) (int, bool) {
+	limit := min(len(dst), codeBound(8*len(keys)))
+	if len(keys) < 2 || limit < 8 {
+		return 0, false
+	}
+	prev := keys[0]
+	binary.LittleEndian.PutUint64(dst, prev)
+	out := 8
+	var gaps [codeBlock]uint64
+	for i := 1; i < len(keys); i += codeBlock {
+		blk := keys[i:min(i+codeBlock, len(keys))]
+		m := len(blk)
+		if out+binary.MaxVarintLen64+1 > limit || blk[0] < prev {
+			return 0, false
+		}
+		// A block of equal gaps (dense keys, keys spread evenly) first:
+		// checked in one pass, coded in its header.
+		lo, p, diff := blk[0]-prev, prev, uint64(0)
+		for _, k := range blk {
+			diff |= (k - p) ^ lo
+			p = k
+		}
+		if diff == 0 {
+			prev = p
+			out += binary.PutUvarint(dst[out:], lo)
+			dst[out] = 0
+			out++
+			continue
+		}
+		g := gaps[:m]
+		hi := uint64(0)
+		sorted := true
+		for j, k := range blk {
+			d := k - prev
+			sorted = sorted && k >= prev
+			prev = k
+			g[j] = d
+			lo = min(lo, d)
+			hi = max(hi, d)
+		}
+		w := bits.Len64(hi - lo)
+		if !sorted || w > codeMaxWidth || out+binary.MaxVarintLen64+1+(m*w+7)/8 > limit {
+			return 0, false
+		}
+		out += binary.PutUvarint(dst[out:], lo)
+		dst[out] = byte(w)
+		out++
+		{
+			var acc uint64
+			nb := 0
+			for _, d := range g {
+				acc |= (d - lo) << nb
+				nb += w
+				for nb >= 8 {
+					dst[out] = byte(acc)
+					out++
+					acc >>= 8
+					nb -= 8
+				}
+			}
+			if nb > 0 {
+				dst[out] = byte(acc)
+				out++
+			}
+		}
+		if i+m == 1+codeProbe && out > codeBound(8*(i+m)) {
+			return 0, false
+		}
+	}
+	return out, true
+}
+
+// errBadCode is a coded key list that does not decode to the size its
+// command announced.
+var errBadCode = errors.New("zmtp: malformed coded key list")
+
+// decodeKeys decodes the coded key list src into keys, whose length the
+// sender announced.
+func decodeKeys(keys []uint64, src []byte) error {
+	if len(keys) < 2 || len(src) < 8 {
+		return fmt.Errorf("%w: %d bytes coded into %d keys", errBadCode, len(src), len(keys))
+	}
+	prev := binary.LittleEndian.Uint64(src)
+	keys[0] = prev
+	in := 8
+	for i := 1; i < len(keys); i += codeBlock {
+		out := keys[i:min(i+codeBlock, len(keys))]
+		m := len(out)
+		lo, k := binary.Uvarint(src[in:])
+		if k <= 0 || in+k >= len(src) {
+			return fmt.Errorf("%w: block %d", errBadCode, (i-1)/codeBlock)
+		}
+		in += k
+		w := int(src[in])
+		in++
+		size := (m*w + 7) / 8
+		if w > codeMaxWidth || in+size > len(src) {
+			return fmt.Errorf("%w: block %d", errBadCode, (i-1)/codeBlock)
+		}
+		if w == 0 {
+			for j := range out {
+				prev += lo
+				out[j] = prev
+			}
+			continue
+		}
+		packed := src[in : in+size]
+		in += size
+		mask := uint64(1)<<w - 1
+		// Whole 64-bit loads while 8 bytes remain from a value's first
+		// byte, byte by byte for the last few.
+		fast := 0
+		if size >= 8 {
+			fast = min(m, ((size-8)*8)/w+1)
+		}
+		for j := range out[:fast] {
+			p := j * w
+			prev += lo + binary.LittleEndian.Uint64(packed[p>>3:])>>(p&7)&mask
+			out[j] = prev
+		}
+		for j := fast; j < m; j++ {
+			p := j * w
+			var word uint64
+			for b := 0; b < 8 && p>>3+b < size; b++ {
+				word |= uint64(packed[p>>3+b]) << (8 * b)
+			}
+			prev += lo + (word>>(p&7))&mask
+			out[j] = prev
+		}
+	}
+	if in != len(src) {
+		return fmt.Errorf("%w: %d bytes left over", errBadCode, len(src)-in)
+	}
+	return nil
+}
+
+// codeEstimate codes the start of keys (codeProbe keys) into a scratch
+// buffer and returns, when it shrinks enough, how large a buffer the whole
+// list likely needs (what the start needed, in proportion, and some room);
+// ok is false otherwise. A list of hashed keys is turned down for the price
+// of its first blocks, before a buffer for the whole list is taken.
+func codeEstimate(keys []uint64) (size int, ok bool) {
+	var scratch [8 * (codeProbe + 1) * codeWorth / 16]byte
+	probe := keys[:min(len(keys), codeProbe+1)]
+	n, ok := encodeKeys(scratch[:], probe)
+	if !ok {
+		return 0, false
+	}
+	return min(codeBound(8*len(keys)), n*len(keys)/len(probe)*5/4+64<<10), true
+}
+
+// codeCommand encodes the X-KCODE command that comes before a coded key
+// list: its plain size (8 bytes, big-endian). The coded frame follows, with
+// the flags the plain one would have had.
+func codeCommand(size int) []byte {
+	return command(cmdCode, binary.BigEndian.AppendUint64(nil, uint64(size)))
+}
+
+// parseCode returns the plain size an X-KCODE command's body announces: a
+// key list of at least two keys, at most max bytes.
+func parseCode(body []byte, max int64) (int, error) {
+	if len(body) != 8 {
+		return 0, fmt.Errorf("%w: %s of %d bytes", errProtocol, cmdCode, len(body))
+	}
+	size := binary.BigEndian.Uint64(body)
+	if size < 16 || size%8 != 0 || size > uint64(max) {
+		return 0, fmt.Errorf("%w: %s announces %d bytes", errProtocol, cmdCode, size)
+	}
+	return int(size), nil
+}
