@@ -81,6 +81,10 @@ func encodeKeys(dst []byte, keys []uint64) (int, bool) {
 	binary.LittleEndian.PutUint64(dst, prev)
 	out := 8
 	var gaps [codeBlock]uint64
+	// The header of the last block of equal gaps: its gap, where it was
+	// written and its length (0: none to copy).
+	var lastLo uint64
+	last, hdr := 0, 0
 	for i := 1; i < len(keys); i += codeBlock {
 		blk := keys[i:min(i+codeBlock, len(keys))]
 		m := len(blk)
@@ -96,11 +100,19 @@ func encodeKeys(dst []byte, keys []uint64) (int, bool) {
 		}
 		if diff == 0 {
 			prev = p
-			out += binary.PutUvarint(dst[out:], lo)
-			dst[out] = 0
-			out++
+			if lo != lastLo || hdr == 0 {
+				// A header as the last block's (one gap all along) is
+				// copied rather than coded again.
+				hdr = binary.PutUvarint(dst[out:], lo) + 1
+				dst[out+hdr-1] = 0
+				lastLo, last = lo, out
+			} else {
+				copy(dst[out:out+hdr], dst[last:last+hdr])
+			}
+			out += hdr
 			continue
 		}
+		hdr = 0
 		g := gaps[:m]
 		hi := uint64(0)
 		sorted := true
