@@ -140,6 +140,7 @@ for ((round = 1; round <= rounds; round++)); do
   for layout in "1 1" "2 2"; do
     both $layout -mode=bulk -n=1000000 -repeat=5
     both $layout -mode=bulk -n=10000000 -repeat=3
+    both $layout -mode=bulk -n=10000000 -repeat=3 -ops=push,pull -keys=hashed
     both $layout -mode=latency,window -iters=2000 -requests=100000
   done
 done

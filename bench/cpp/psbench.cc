@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -42,6 +43,7 @@ struct Flags {
   std::string mode = "bulk,latency,window";
   std::string ops = "push,pull,pushpull";
   std::string label = "C++ ps-lite";
+  std::string keys = "spread";  // or "hashed"
   long n = 1000000;
   int repeat = 5;
   int iters = 2000;
@@ -49,6 +51,15 @@ struct Flags {
   long requests = 100000;
   long syncRequests = -1;  // -1: requests / 10
 };
+
+// mix is splitmix64's finaliser: -keys=hashed keys are mix(rank*n + i),
+// sorted, as hashed features are (psbench computes the same keys).
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
 
 // parseFlags reads -name=value arguments; it exits with status 2 on an
 // unknown flag or a bad number.
@@ -78,6 +89,12 @@ Flags parseFlags(int argc, char* argv[]) {
       f.ops = value;
     } else if (name == "label") {
       f.label = value;
+    } else if (name == "keys") {
+      if (value != "spread" && value != "hashed") {
+        std::fprintf(stderr, "cpp-psbench: -keys=%s: want spread or hashed\n", value.c_str());
+        std::exit(2);
+      }
+      f.keys = value;
     } else if (name == "n") {
       f.n = num(1);
     } else if (name == "repeat") {
@@ -164,9 +181,14 @@ class Bench {
     ps::SArray<ps::Key> keys(n);
     ps::SArray<float> vals(n);
     for (long i = 0; i < n; ++i) {
-      keys[i] = ps::kMaxKey / static_cast<ps::Key>(n) * static_cast<ps::Key>(i) + static_cast<ps::Key>(rank_);
+      if (f_.keys == "hashed") {
+        keys[i] = mix(static_cast<uint64_t>(rank_) * static_cast<uint64_t>(n) + static_cast<uint64_t>(i));
+      } else {
+        keys[i] = ps::kMaxKey / static_cast<ps::Key>(n) * static_cast<ps::Key>(i) + static_cast<ps::Key>(rank_);
+      }
       vals[i] = static_cast<float>(i % 1000);
     }
+    if (f_.keys == "hashed") std::sort(keys.begin(), keys.end());
     const long long bytes = static_cast<long long>(n) * (8 + 4);
     std::stringstream ss(f_.ops);
     std::string op;
@@ -198,7 +220,7 @@ class Bench {
       double m = median(d);
       char extra[128];
       std::snprintf(extra, sizeof extra, "%.2f GB/s of keys and values", static_cast<double>(bytes) / (m / 1e3) / 1e9);
-      result("bulk_" + op, n, bytes, m, "ms", extra);
+      result("bulk_" + op + (f_.keys == "hashed" ? "_hashed" : ""), n, bytes, m, "ms", extra);
     }
   }
 

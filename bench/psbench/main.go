@@ -48,6 +48,7 @@ var (
 	syncReqs = flag.Int("sync-requests", -1, "requests in the synchronous rate measurement (-1: a tenth of -requests; 0: none)")
 	memReqs  = flag.Int("mem-requests", 1000000, "requests in the memory measurement")
 	label    = flag.String("label", "", "free text added to every result (e.g. the layout)")
+	keyKind  = flag.String("keys", "spread", "bulk keys: spread (evenly over the key space) or hashed (splitmix64 of rank*n+i, sorted, as hashed features are; cpp-psbench computes the same)")
 	bulkOps  = flag.String("ops", "push,pull,pushpull", "bulk operations to measure, in this order")
 	lendReqs = flag.Bool("lend", true, "servers take lent requests (KVServer.LendRequests; the handle keeps nothing of a request)")
 	withRaw  = flag.Bool("raw", true, "measure the baselines too, raw ZeroMQ and plain TCP (false: ours only, for profiling)")
@@ -114,6 +115,10 @@ func main() {
 		return
 	}
 	flag.Parse()
+	if *keyKind != "spread" && *keyKind != "hashed" {
+		fmt.Fprintf(os.Stderr, "psbench: -keys=%s: want spread or hashed\n", *keyKind)
+		os.Exit(2)
+	}
 	defer prog.Profile()()
 	prog.Check(ps.Start(0), "start")
 	if ps.IsServer() {
@@ -280,12 +285,35 @@ func keysFor(n, rank int) ([]uint64, []float32) {
 	keys := make([]uint64, n)
 	vals := make([]float32, n**valLen)
 	for i := range keys {
-		keys[i] = message.MaxKey/uint64(n)*uint64(i) + uint64(rank)
+		if *keyKind == "hashed" {
+			keys[i] = mix(uint64(rank)*uint64(n) + uint64(i))
+		} else {
+			keys[i] = message.MaxKey/uint64(n)*uint64(i) + uint64(rank)
+		}
+	}
+	if *keyKind == "hashed" {
+		slices.Sort(keys)
 	}
 	for i := range vals {
 		vals[i] = float32(i % 1000)
 	}
 	return keys, vals
+}
+
+// keySuffix is added to the names of bulk results with -keys=hashed.
+func keySuffix() string {
+	if *keyKind == "hashed" {
+		return "_hashed"
+	}
+	return ""
+}
+
+// mix is splitmix64's finaliser, the keys of -keys=hashed.
+func mix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 // split slices keys and vals over the servers as the worker does.
@@ -432,7 +460,7 @@ func bulk(w *kv.KVWorker[float32], rank int, raw baselines, add func(Result)) {
 		if op.name == "push" && len(pk) > 1 {
 			extra += fmt.Sprintf("; sent as %d pushes in flight", len(pk))
 		}
-		add(Result{Name: "bulk_" + op.name, Keys: *numKeys, Bytes: bytes, Value: ms(median(d)), Unit: "ms",
+		add(Result{Name: "bulk_" + op.name + keySuffix(), Keys: *numKeys, Bytes: bytes, Value: ms(median(d)), Unit: "ms",
 			Raw: ms(median(rz)), TCP: ms(median(rt)), Extra: extra})
 	}
 }

@@ -17,13 +17,18 @@ import (
 var reportVan = "zmtp"
 
 // vanSentence says which transport our nodes used, and, on ZMTP, whether
-// they cached key lists (keyCacheMB: PS_KEY_CACHE_MB as the bench ran,
-// empty for the default).
-func vanSentence(van, keyCacheMB string) string {
+// they coded and cached key lists (keyCode: PS_KEY_CODE, keyCacheMB:
+// PS_KEY_CACHE_MB as the bench ran, empty for the default).
+func vanSentence(van, keyCode, keyCacheMB string) string {
 	if van == "zmtp" {
 		s := "Our nodes used the ZMTP transport (the default, `DMLC_PS_VAN_TYPE=zmtp`, van/zmtptransport: ZeroMQ's wire protocol spoken in Go, no libzmq); C++ ps-lite's nodes use libzmq."
+		if keyCode == "0" {
+			s += " Key lists went plain (`PS_KEY_CODE=0`)."
+		} else {
+			s += " Key lists were coded, as by default (`PS_KEY_CODE`, docs/ZMTP-KEYCODE.md): between Go nodes a sorted key list of 256 KiB or more goes as the gaps between its keys, packed, when that halves it. psbench's bulk keys are spread evenly over the key space, so their gaps are equal, and a worker's bulk request, and a server's forward, carry almost no key bytes; the `_hashed` rows send hashed keys (`-keys=hashed`: splitmix64 of the key's index, sorted, the same in both programs), which do not halve and go plain. C++ ps-lite and the baselines send every key."
+		}
 		if keyCacheMB == "" || keyCacheMB == "0" {
-			return s + " Key caching was off, as by default: every request carried its keys, as C++ ps-lite's and the baselines' do."
+			return s + " Key caching was off, as by default."
 		}
 		return s + fmt.Sprintf(" Key caching was on (`PS_KEY_CACHE_MB=%s`, docs/ZMTP-KEYCACHE.md): a bulk measurement sends the same keys every time, so from its third send on a worker's request, and a server's answer to a pull, carry a reference to a key list the receiver keeps instead of the keys (two thirds of a push's bytes). C++ ps-lite and the baselines send every byte every time; `scripts/bench_setting.sh PS_KEY_CACHE_MB 0 128` measures what the cache changes.", keyCacheMB)
 	}
@@ -118,7 +123,7 @@ func report(r io.Reader, w io.Writer) error {
 	if cppMalloc != "" {
 		fmt.Fprintf(w, "%s\n\n", cppMallocSentence(cppMalloc))
 	}
-	fmt.Fprintf(w, "%s\n\n", vanSentence(reportVan, os.Getenv("PS_KEY_CACHE_MB")))
+	fmt.Fprintf(w, "%s\n\n", vanSentence(reportVan, os.Getenv("PS_KEY_CODE"), os.Getenv("PS_KEY_CACHE_MB")))
 	fmt.Fprintf(w, "Jobs run through scripts/local.sh, which gives each Go node, unless `GOMAXPROCS` is set, the cores it may use divided by the job's servers and workers (at least 1), as docs/DEPLOY.md advises for nodes that share a machine; C++ nodes are not affected. The job of a C++ worker with our scheduler and server is launched by hand, with Go's default (every core).\n\n")
 	fmt.Fprintf(w, "What was changed to get here, and what limits the targets not met, with the profiles: [PERFORMANCE-NOTES.md](PERFORMANCE-NOTES.md).\n\n")
 	writeTargets(w, ours, cmp, kvBench)
