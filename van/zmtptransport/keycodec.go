@@ -18,7 +18,7 @@ import (
 // (hashed features) does not shrink enough to be worth the work, and the
 // sender finds that out within its first blocks and sends it as it is.
 //
-// Coded form of a list of n keys (n >= 1):
+// Coded form of a list of n keys (n >= 2):
 //
 //	the first key, 8 bytes little-endian;
 //	then, for each block of up to codeBlock following keys:
@@ -44,8 +44,10 @@ const (
 	codeProbe = 16 * codeBlock
 	codeWorth = 8
 	// keyCodeMin is the smallest key frame coded: below it the saving is
-	// a few microseconds of a message that takes more.
-	keyCodeMin = 256 << 10
+	// a few microseconds of a message that takes more. It is packMax, so
+	// a message with such a frame is always one the writer sends from its
+	// frames (smaller messages are copied whole into a pack).
+	keyCodeMin = packMax
 
 	keyCodeProperty = "X-Pslite-Keycode"
 	cmdCodeOK       = "X-KCODEOK"
