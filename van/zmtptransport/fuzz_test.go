@@ -193,8 +193,7 @@ func FuzzKeyCacheReader(f *testing.F) {
 		cr := &countingReader{r: bytes.NewReader(b)}
 		fr := &frameReader{r: bufio.NewReaderSize(cr, 4096), maxFrames: maxFrames, maxBytes: maxBytes, pool: &bufPool{},
 			kc: &recvCache{limit: limit}}
-		for range 64 {
-			frames, _, err := fr.readMessage()
+		readBounded(t, fr, maxFrames, maxBytes, func() {
 			kept := int64(0)
 			for _, s := range fr.kc.slots {
 				kept += int64(len(s.data))
@@ -202,21 +201,34 @@ func FuzzKeyCacheReader(f *testing.F) {
 			if kept > limit || fr.kc.used != kept {
 				t.Fatalf("the cache keeps %d bytes, counts %d, offered %d", kept, fr.kc.used, limit)
 			}
-			var o *oversized
-			if errors.As(err, &o) {
-				continue
-			}
-			if err != nil {
-				return
-			}
-			total := 0
-			for _, f := range frames {
-				total += len(f)
-			}
-			if len(frames) > maxFrames || total > maxBytes {
-				t.Fatalf("%d frames of %d bytes, caps %d and %d", len(frames), total, maxFrames, maxBytes)
-			}
-			fr.giveBack(frames)
-		}
+		})
 	})
+}
+
+// readBounded reads up to 64 messages from fr, until an error that is not
+// a skipped message, and fails t when one holds more than maxFrames frames
+// or maxBytes bytes; check, when not nil, runs after each read.
+func readBounded(t *testing.T, fr *frameReader, maxFrames int, maxBytes int64, check func()) {
+	t.Helper()
+	for range 64 {
+		frames, _, err := fr.readMessage()
+		if check != nil {
+			check()
+		}
+		var o *oversized
+		if errors.As(err, &o) {
+			continue
+		}
+		if err != nil {
+			return
+		}
+		total := 0
+		for _, f := range frames {
+			total += len(f)
+		}
+		if len(frames) > maxFrames || int64(total) > maxBytes {
+			t.Fatalf("%d frames of %d bytes, caps %d and %d", len(frames), total, maxFrames, maxBytes)
+		}
+		fr.giveBack(frames)
+	}
 }

@@ -102,6 +102,26 @@ func commandBody(t *testing.T, frame []byte) []byte {
 // waitOffer waits until tx's peer id has its ROUTER's key cache offer.
 func waitOffer(t *testing.T, tx *Transport, id int) {
 	t.Helper()
+	waitPeer(t, tx, id, "no key cache offer", func(p *peer) bool { return p.kc.limit > 0 })
+}
+
+// forgetQueued has p forget its connection's key cache and coding (as
+// when the connection ends) and returns the bytes its queue then holds.
+func forgetQueued(p *peer) []byte {
+	p.qMu.Lock()
+	defer p.qMu.Unlock()
+	p.forgetCacheLocked()
+	var wire []byte
+	for _, b := range p.q {
+		wire = append(wire, b...)
+	}
+	return wire
+}
+
+// waitPeer waits until on, called with tx's peer id and its qMu held,
+// returns true, and fails t with what otherwise.
+func waitPeer(t *testing.T, tx *Transport, id int, what string, on func(*peer) bool) {
+	t.Helper()
 	p, err := tx.peer(id)
 	if err != nil {
 		t.Fatal(err)
@@ -109,13 +129,13 @@ func waitOffer(t *testing.T, tx *Transport, id int) {
 	deadline := time.Now().Add(wait)
 	for {
 		p.qMu.Lock()
-		on := p.kc.limit > 0
+		ok := on(p)
 		p.qMu.Unlock()
-		if on {
+		if ok {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("no key cache offer")
+			t.Fatal(what)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -300,17 +320,20 @@ func TestKeyCacheQueuedCommandsAreUndone(t *testing.T) {
 	if puts, refs := tx.KeyCacheStats(); puts != 1 || refs != 3 {
 		t.Fatalf("%d puts, %d references queued; want 1 and 3", puts, refs)
 	}
-	p.qMu.Lock()
-	p.forgetCacheLocked()
-	var wire []byte
-	for _, b := range p.q {
-		wire = append(wire, b...)
-	}
-	p.qMu.Unlock()
+	wire := forgetQueued(p)
 	if p.kc.limit != 0 {
 		t.Fatal("the cache is still on without an offer")
 	}
+	wholeOnWire(t, wire, sent, false)
+}
+
+// wholeOnWire checks that wire holds the messages sent, whole, with no
+// command between or inside them, read by a receiver that decodes coded
+// key lists when code is true.
+func wholeOnWire(t *testing.T, wire []byte, sent [][][]byte, code bool) {
+	t.Helper()
 	fr := reader(wire, 8, 1<<30)
+	fr.code = code
 	for i, want := range sent {
 		frames, cmd, err := fr.readMessage()
 		if err != nil || cmd != nil {

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -220,23 +219,7 @@ func BenchmarkKeyCode(b *testing.B) {
 // waitCode waits until tx's peer id may send coded key lists.
 func waitCode(t *testing.T, tx *Transport, id int) {
 	t.Helper()
-	p, err := tx.peer(id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(wait)
-	for {
-		p.qMu.Lock()
-		on := p.code
-		p.qMu.Unlock()
-		if on {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the ROUTER never said it decodes key lists")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitPeer(t, tx, id, "the ROUTER never said it decodes key lists", func(p *peer) bool { return p.code })
 }
 
 // codeFrames are key frames of every kind, at sizes below, at and above
@@ -433,25 +416,12 @@ func TestKeyCodeQueuedCommandsAreUndone(t *testing.T) {
 	if n := tx.KeyCodeStats(); n != 4 {
 		t.Fatalf("%d lists queued coded, want 4", n)
 	}
-	p.qMu.Lock()
-	p.forgetCacheLocked()
-	var wire []byte
-	for _, b := range p.q {
-		wire = append(wire, b...)
-	}
-	p.qMu.Unlock()
+	wire := forgetQueued(p)
 	if p.code {
 		t.Fatal("still coding without the next connection's word")
 	}
-	fr := reader(wire, 8, 1<<30)
-	fr.code = true // a receiver that would decode: there must be nothing to
-	for i, want := range sent {
-		frames, cmd, err := fr.readMessage()
-		if err != nil || cmd != nil {
-			t.Fatalf("message %d: command %q, error %v", i, cmd, err)
-		}
-		sameFrames(t, i, frames, want)
-	}
+	// Read by a receiver that would decode: there must be nothing to.
+	wholeOnWire(t, wire, sent, true)
 }
 
 // TestKeyCodeBadInputDropsTheConnection: a coded list that does not
@@ -525,23 +495,6 @@ func FuzzKeyCodeReader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		const maxFrames, maxBytes = 4, 8 << 20
 		fr := &frameReader{r: bufio.NewReaderSize(bytes.NewReader(b), 4096), maxFrames: maxFrames, maxBytes: maxBytes, pool: &bufPool{}, code: true}
-		for range 64 {
-			frames, _, err := fr.readMessage()
-			var o *oversized
-			if errors.As(err, &o) {
-				continue
-			}
-			if err != nil {
-				return
-			}
-			total := 0
-			for _, f := range frames {
-				total += len(f)
-			}
-			if len(frames) > maxFrames || total > maxBytes {
-				t.Fatalf("%d frames of %d bytes, cap %d and %d", len(frames), total, maxFrames, maxBytes)
-			}
-			fr.giveBack(frames)
-		}
+		readBounded(t, fr, maxFrames, maxBytes, nil)
 	})
 }
