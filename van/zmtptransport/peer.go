@@ -585,12 +585,14 @@ func (p *peer) listen(br *bufio.Reader, lk *link, dead chan struct{}) {
 			if reply := answer(c); reply != nil {
 				p.queueRaw(reply)
 			}
-			if name, _, err := parseCommand(c); err == nil && name == cmdCodeOK && p.t.keyCode() {
+			name, body, err := parseCommand(c)
+			switch {
+			case err != nil:
+			case name == cmdCodeOK && p.t.keyCode():
 				p.qMu.Lock()
 				p.code = true
 				p.qMu.Unlock()
-			}
-			if name, body, err := parseCommand(c); err == nil && name == cmdOffer && p.t.opts.KeyCacheBytes > 0 {
+			case name == cmdOffer && p.t.opts.KeyCacheBytes > 0:
 				p.qMu.Lock()
 				err := p.kc.offer(body, p.t.opts.KeyCacheBytes)
 				p.qMu.Unlock()

@@ -334,7 +334,7 @@ func (fr *frameReader) readMessage() (frames [][]byte, cmd []byte, err error) {
 					continue
 				}
 			}
-			if fr.code || fr.coded != 0 {
+			if fr.code { // (coded is set only then)
 				if name, rest, err := parseCommand(body); fr.coded != 0 || err == nil && name == cmdCode {
 					size, perr := parseCode(rest, fr.maxBytes)
 					if n == 0 || fr.coded != 0 || perr != nil {
@@ -370,12 +370,7 @@ func (fr *frameReader) readMessage() (frames [][]byte, cmd []byte, err error) {
 			}
 			continue
 		}
-		total += size
-		n++
-		if !skip && (n > fr.maxFrames || total > fr.maxBytes) {
-			fr.giveBack(frames)
-			skip, frames = true, nil
-		}
+		frames, skip = fr.count(frames, &n, &total, skip, size)
 		if skip {
 			if _, err := fr.r.Discard(int(size)); err != nil {
 				return nil, nil, err
@@ -427,24 +422,37 @@ func (fr *frameReader) end(frames [][]byte, skip bool, n int, total int64) ([][]
 // a pool buffer, lent, when it is large; not at all when the message is
 // skipped or now goes beyond the bounds.
 func (fr *frameReader) add(frames [][]byte, n *int, total *int64, skip bool, kept []byte) ([][]byte, bool) {
-	*total += int64(len(kept))
+	if frames, skip = fr.count(frames, n, total, skip, int64(len(kept))); skip {
+		return nil, true
+	}
+	f := fr.buffer(len(kept), *n)
+	copy(f, kept)
+	return append(frames, f), false
+}
+
+// count counts the n-th frame of a message, of size bytes, in its bounds
+// (total bytes so far): once the message goes beyond them, what it holds
+// is given back and the rest is skipped (skip true, frames nil).
+func (fr *frameReader) count(frames [][]byte, n *int, total *int64, skip bool, size int64) ([][]byte, bool) {
+	*total += size
 	*n++
 	if !skip && (*n > fr.maxFrames || *total > fr.maxBytes) {
 		fr.giveBack(frames)
 		return nil, true
 	}
-	if skip {
-		return nil, true
+	return frames, skip
+}
+
+// buffer returns a buffer for the n-th frame of a message, of size bytes,
+// that the message carries although it was not received as such (a kept
+// or decoded frame): from the pool, lent, when it is large, as a received
+// frame would be.
+func (fr *frameReader) buffer(size, n int) []byte {
+	if fr.pool != nil && size >= lendMin && n <= 64 {
+		fr.lent |= 1 << (n - 1)
+		return fr.pool.get(size)
 	}
-	var f []byte
-	if fr.pool != nil && len(kept) >= lendMin && *n <= 64 {
-		f = fr.pool.get(len(kept))
-		fr.lent |= 1 << (*n - 1)
-	} else {
-		f = make([]byte, len(kept))
-	}
-	copy(f, kept)
-	return append(frames, f), false
+	return make([]byte, size)
 }
 
 // decoded reads a coded key list of size bytes, the n-th frame of a
@@ -455,23 +463,11 @@ func (fr *frameReader) add(frames [][]byte, n *int, total *int64, skip bool, kep
 // list that does not decode is a protocol error (f, when not nil, is then
 // the buffer to give back).
 func (fr *frameReader) decoded(frames [][]byte, n *int, total *int64, skip bool, size, plain int) (_ [][]byte, f []byte, _ bool, err error) {
-	*total += int64(plain)
-	*n++
-	if !skip && (*n > fr.maxFrames || *total > fr.maxBytes) {
-		fr.giveBack(frames)
-		frames, skip = nil, true
-	}
-	if skip {
+	if frames, skip = fr.count(frames, n, total, skip, int64(plain)); skip {
 		_, err := fr.r.Discard(size)
 		return nil, nil, true, err
 	}
-	pooled := fr.pool != nil && plain >= lendMin && *n <= 64
-	if pooled {
-		f = fr.pool.get(plain)
-		fr.lent |= 1 << (*n - 1)
-	} else {
-		f = make([]byte, plain)
-	}
+	f = fr.buffer(plain, *n)
 	coded, err := fr.readFrame(size, fr.pool != nil && size >= lendMin)
 	if err != nil {
 		return frames, f, false, err
