@@ -79,15 +79,30 @@ func encodeKeys(dst []byte, keys []uint64) (int, bool) {
 	if len(keys) < 2 || limit < 8 {
 		return 0, false
 	}
-	prev := keys[0]
-	binary.LittleEndian.PutUint64(dst, prev)
-	out := 8
+	binary.LittleEndian.PutUint64(dst, keys[0])
+	n, ok := encodeBlocks(dst[8:limit], keys[0], keys[1:], true)
+	if !ok {
+		return 0, false
+	}
+	return 8 + n, true
+}
+
+// encodeBlocks codes keys, the keys after prev in a sorted list, as blocks
+// of gaps into dst, and returns the coded bytes, or false when they are
+// not sorted or do not fit in dst. With probe, it also gives up once the
+// first codeProbe keys of a list (the first one and these) code to more
+// than codeBound of their size. Blocks coded from a block boundary on are
+// the bytes the whole list's coding has there, so a list may be coded in
+// parts (encodeSplit).
+func encodeBlocks(dst []byte, prev uint64, keys []uint64, probe bool) (int, bool) {
+	limit := len(dst)
+	out := 0
 	var gaps [codeBlock]uint64
 	// The header of the last block of equal gaps: its gap, where it was
 	// written and its length (0: none to copy).
 	var lastLo uint64
 	last, hdr := 0, 0
-	for i := 1; i < len(keys); i += codeBlock {
+	for i := 0; i < len(keys); i += codeBlock {
 		blk := keys[i:min(i+codeBlock, len(keys))]
 		m := len(blk)
 		if out+binary.MaxVarintLen64+1 > limit || blk[0] < prev {
@@ -95,13 +110,9 @@ func encodeKeys(dst []byte, keys []uint64) (int, bool) {
 		}
 		// A block of equal gaps (dense keys, keys spread evenly) first:
 		// checked in one pass, coded in its header.
-		lo, p, diff := blk[0]-prev, prev, uint64(0)
-		for _, k := range blk {
-			diff |= (k - p) ^ lo
-			p = k
-		}
-		if diff == 0 {
-			prev = p
+		lo := blk[0] - prev
+		if equalGaps(prev, blk, lo) {
+			prev = blk[m-1]
 			if lo != lastLo || hdr == 0 {
 				// A header as the last block's (one gap all along) is
 				// copied rather than coded again.
@@ -151,11 +162,98 @@ func encodeKeys(dst []byte, keys []uint64) (int, bool) {
 				out++
 			}
 		}
-		if i+m == 1+codeProbe && out > codeBound(8*(i+m)) {
+		if probe && i+m == codeProbe && 8+out > codeBound(8*(1+i+m)) {
 			return 0, false
 		}
 	}
 	return out, true
+}
+
+// equalGaps reports whether every key of blk is lo more than the one
+// before it (prev before the first). A list of evenly spread or dense keys
+// is coded by this check alone, so it runs at the speed of memory: eight
+// gaps per branch, each worked out from the keys on its own, none waiting
+// for the one before (1e7 keys in 5.3 ms, where a loop that carried each
+// key to the next gap took 8).
+func equalGaps(prev uint64, blk []uint64, lo uint64) bool {
+	diff := (blk[0] - prev) ^ lo
+	i := 1
+	for ; i+8 <= len(blk); i += 8 {
+		k := blk[i-1 : i+8 : i+8]
+		// (^ and | bind alike in Go, left to right: each term in brackets.)
+		diff |= ((k[1] - k[0]) ^ lo) | ((k[2] - k[1]) ^ lo) | ((k[3] - k[2]) ^ lo) | ((k[4] - k[3]) ^ lo) |
+			((k[5] - k[4]) ^ lo) | ((k[6] - k[5]) ^ lo) | ((k[7] - k[6]) ^ lo) | ((k[8] - k[7]) ^ lo)
+		if diff != 0 {
+			return false
+		}
+	}
+	for ; i < len(blk); i++ {
+		diff |= (blk[i] - blk[i-1]) ^ lo
+	}
+	return diff == 0
+}
+
+// codeSplitMin is the smallest list (in keys) coded in two parts at once,
+// on the sending goroutine and one more: a push's coding is on its path,
+// while the node that receives it waits. With two cores for the node
+// (GOMAXPROCS), 1e7 keys spread evenly code in 2.9 ms instead of 5.3;
+// with one, as scripts/local.sh gives each node of a 1x1 job on two
+// cores, the parts are coded one after the other, at no cost.
+const codeSplitMin = 1 << 19
+
+// encodeSplit codes keys (as encodeKeys does) in two parts, one of them on
+// a goroutine of its own: the first key and the first blocks into a, the
+// other blocks into b. The coded list is a[:na] followed by b[:nb]; ok is
+// false when encodeKeys would refuse it or a part does not fit.
+func encodeSplit(a, b []byte, keys []uint64) (na, nb int, ok bool) {
+	if len(keys) < 2 {
+		return 0, 0, false
+	}
+	// The second part starts at a block boundary, half way.
+	split := 1 + (len(keys)-1)/2/codeBlock*codeBlock
+	var okB bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		nb, okB = encodeBlocks(b[:min(len(b), codeBound(8*(len(keys)-split)))], keys[split-1], keys[split:], false)
+	}()
+	na, ok = encodeKeys(a, keys[:split])
+	<-done
+	return na, nb, ok && okB
+}
+
+// encode codes keys, a frame's key list, into pool buffers: in two parts
+// at once when the list is long (encodeSplit), else in one; size is what
+// codeEstimate foretold. It returns the coded list, in two pieces to be
+// written one after the other (the second may be empty), and the buffers
+// to give back to the pool once they are written; ok is false when the
+// list goes plain.
+func (t *Transport) encode(keys []uint64, size int) (coded [2][]byte, bufs [][]byte, ok bool) {
+	bound := codeBound(8 * len(keys))
+	if len(keys) >= codeSplitMin {
+		a, b := t.pool.get(size/2+64<<10), t.pool.get(size/2+64<<10)
+		if na, nb, ok := encodeSplit(a, b, keys); ok {
+			return [2][]byte{a[:na], b[:nb]}, [][]byte{a, b}, true
+		}
+		// A part's gaps wider than the start foretold, or unsorted.
+		t.pool.put(a, false)
+		t.pool.put(b, false)
+		size = bound
+	}
+	buf := t.pool.get(size)
+	n, ok := encodeKeys(buf, keys)
+	if !ok && size < bound {
+		// Gaps wider further on than at the start: the room a list that
+		// halves needs at most.
+		t.pool.put(buf, false)
+		buf = t.pool.get(bound)
+		n, ok = encodeKeys(buf, keys)
+	}
+	if !ok {
+		t.pool.put(buf, false)
+		return coded, nil, false
+	}
+	return [2][]byte{buf[:n], nil}, [][]byte{buf}, true
 }
 
 // errBadCode is a coded key list that does not decode to the size its
@@ -186,10 +284,7 @@ func decodeKeys(keys []uint64, src []byte) error {
 			return fmt.Errorf("%w: block %d", errBadCode, (i-1)/codeBlock)
 		}
 		if w == 0 {
-			for j := range out {
-				prev += lo
-				out[j] = prev
-			}
+			prev = fillGaps(out, prev, lo)
 			continue
 		}
 		packed := src[in : in+size]
@@ -220,6 +315,24 @@ func decodeKeys(keys []uint64, src []byte) error {
 		return fmt.Errorf("%w: %d bytes left over", errBadCode, len(src)-in)
 	}
 	return nil
+}
+
+// fillGaps writes the keys of a block of equal gaps lo after prev into
+// out and returns the last: eight keys per step, each its own sum, rather
+// than each key the one before plus lo.
+func fillGaps(out []uint64, prev, lo uint64) uint64 {
+	for len(out) >= 8 {
+		o := out[:8:8]
+		o[0], o[1], o[2], o[3] = prev+lo, prev+2*lo, prev+3*lo, prev+4*lo
+		o[4], o[5], o[6], o[7] = prev+5*lo, prev+6*lo, prev+7*lo, prev+8*lo
+		prev += 8 * lo
+		out = out[8:]
+	}
+	for j := range out {
+		prev += lo
+		out[j] = prev
+	}
+	return prev
 }
 
 // codeEstimate codes the start of keys (codeProbe keys) into a scratch

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -77,6 +78,22 @@ func TestKeyCodeRoundTrip(t *testing.T) {
 		if !slices.Equal(got, keys) {
 			t.Fatalf("%s: decoded list differs", name)
 		}
+		// Coded in two parts at once: the very same bytes, whenever
+		// the parts fit.
+		if len(keys) <= 2*codeBlock+1 {
+			continue
+		}
+		a, b := make([]byte, n+64), make([]byte, n+64)
+		na, nb, ok := encodeSplit(a, b, keys)
+		if !ok {
+			if strings.HasPrefix(name, "spread/") || strings.HasPrefix(name, "dense/") || strings.HasPrefix(name, "width13/") {
+				t.Errorf("%s: not coded in parts", name)
+			}
+			continue
+		}
+		if !bytes.Equal(append(a[:na:na], b[:nb]...), dst[:n]) {
+			t.Fatalf("%s: coded in parts differs", name)
+		}
 	}
 	// What must be coded, and how small.
 	for _, c := range []struct {
@@ -114,6 +131,37 @@ func TestKeyCodeRoundTrip(t *testing.T) {
 		dst := make([]byte, codeBound(8*len(keys))+16)
 		if _, ok := encodeKeys(dst, keys); ok {
 			t.Errorf("%s: coded", name)
+		}
+	}
+}
+
+// TestEqualGaps: a block whose gaps are all equal is found so, and one
+// whose gaps differ anywhere (any one gap off by any amount, at every
+// position of blocks of every length) is not.
+func TestEqualGaps(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for m := 1; m <= codeBlock; m++ {
+		for _, lo := range []uint64{0, 1, 4, 1 << 40, r.Uint64()} {
+			prev := r.Uint64()
+			blk := make([]uint64, m)
+			for j := range blk {
+				blk[j] = prev + uint64(j+1)*lo
+			}
+			if !equalGaps(prev, blk, lo) {
+				t.Fatalf("%d keys %d apart: gaps found unequal", m, lo)
+			}
+			for j := range blk {
+				for _, off := range []uint64{1, lo, 1 << 63, r.Uint64() | 1} {
+					if off == 0 {
+						continue
+					}
+					b := slices.Clone(blk)
+					b[j] += off
+					if equalGaps(prev, b, lo) {
+						t.Fatalf("%d keys %d apart, key %d moved by %d: gaps found equal", m, lo, j, off)
+					}
+				}
+			}
 		}
 	}
 }
@@ -169,11 +217,17 @@ func FuzzKeyCode(f *testing.F) {
 		slices.Sort(keys)
 		for _, list := range [][]uint64{gaps, keys} {
 			dst := make([]byte, codeBound(8*len(list)))
-			if m, ok := encodeKeys(dst, list); ok {
+			m, ok := encodeKeys(dst, list)
+			if ok {
 				got := make([]uint64, len(list))
 				if err := decodeKeys(got, dst[:m]); err != nil || !slices.Equal(got, list) {
 					t.Fatalf("round trip of %d keys: %v", len(list), err)
 				}
+			}
+			// Coded in two parts: the same bytes, or refused.
+			a, b := make([]byte, len(dst)+64), make([]byte, len(dst)+64)
+			if na, nb, ok2 := encodeSplit(a, b, list); ok2 && (!ok || !bytes.Equal(append(a[:na:na], b[:nb]...), dst[:m])) {
+				t.Fatalf("%d keys coded in two parts differ from the whole list's coding (coded whole: %v)", len(list), ok)
 			}
 		}
 	})
@@ -182,10 +236,19 @@ func FuzzKeyCode(f *testing.F) {
 func benchKeys(b *testing.B, keys []uint64) {
 	dst := make([]byte, codeBound(8*len(keys)))
 	out := make([]uint64, len(keys))
+	for i := range out {
+		out[i] = 1 // its pages in, as a pooled buffer's are
+	}
 	b.Run("encode", func(b *testing.B) {
 		b.SetBytes(int64(8 * len(keys)))
 		for b.Loop() {
 			encodeKeys(dst, keys)
+		}
+	})
+	b.Run("encode-split", func(b *testing.B) {
+		b.SetBytes(int64(8 * len(keys)))
+		for b.Loop() {
+			encodeSplit(dst[:len(dst)/2], dst[len(dst)/2:], keys)
 		}
 	})
 	n, ok := encodeKeys(dst, keys)
@@ -213,6 +276,12 @@ func BenchmarkKeyCode(b *testing.B) {
 		k += r.Uint64N(1 << 20)
 	}
 	b.Run("spread", func(b *testing.B) { benchKeys(b, spread) })
+	// A push's list, larger than the caches.
+	large := make([]uint64, 10_000_000)
+	for i := range large {
+		large[i] = ^uint64(0) / uint64(len(large)) * uint64(i)
+	}
+	b.Run("spread-1e7", func(b *testing.B) { benchKeys(b, large) })
 	b.Run("width20", func(b *testing.B) { benchKeys(b, w20) })
 }
 
@@ -224,11 +293,11 @@ func waitCode(t *testing.T, tx *Transport, id int) {
 
 // codeFrames are key frames of every kind, at sizes below, at and above
 // the sizes where the transport changes path (keyCodeMin, lendMin,
-// zeroCopyMin): whether each is coded, sent shared, is in codable.
+// zeroCopyMin, decodeAsideMin): whether each is coded, sent shared, is in codable.
 func codeFrames() (frames map[string][]byte, codable map[string]bool) {
 	r := rand.New(rand.NewPCG(3, 4))
 	frames, codable = map[string][]byte{}, map[string]bool{}
-	for _, size := range []int{keyCodeMin - 8, keyCodeMin, keyCodeMin + 8, lendMin - 8, lendMin, lendMin + 8, 3 << 20} {
+	for _, size := range []int{keyCodeMin - 8, keyCodeMin, keyCodeMin + 8, lendMin - 8, lendMin, lendMin + 8, decodeAsideMin - 8, decodeAsideMin, decodeAsideMin + 8} {
 		n := size / 8
 		spread, dense, w20, hashed := make([]uint64, n), make([]uint64, n), make([]uint64, n), make([]uint64, n)
 		k := r.Uint64N(1 << 30)
@@ -436,10 +505,21 @@ func TestKeyCodeBadInputDropsTheConnection(t *testing.T) {
 	keys, _ := keyView(list)
 	n, _ := encodeKeys(buf, keys)
 	coded := buf[:n]
+	// A list decoded beside the reading of the frame after it.
+	r := rand.New(rand.NewPCG(5, 6))
+	bigKeys := make([]uint64, decodeAsideMin/8+1000)
+	for i := 1; i < len(bigKeys); i++ {
+		bigKeys[i] = bigKeys[i-1] + 1 + r.Uint64N(1<<13)
+	}
+	bigBuf := make([]byte, 8*len(bigKeys))
+	nb, _ := encodeKeys(bigBuf, bigKeys)
+	big := bigBuf[:nb]
 	meta := appendMessage(nil, [][]byte{[]byte("m"), {}})[:3] // "m" with more to follow
 	meta[0] = flagMore
 	bad := map[string][]byte{
 		"cut list":        append(codeCommand(len(list)), appendMessage(nil, [][]byte{coded[:n-1]})...),
+		"cut list aside":  append(codeCommand(8*len(bigKeys)), appendMessage(nil, [][]byte{big[:nb-1], {1, 2, 3}})...),
+		"long list aside": append(codeCommand(8*len(bigKeys)), appendMessage(nil, [][]byte{append(slices.Clone(big), 0), {1, 2, 3}})...),
 		"wrong size":      append(codeCommand(len(list)+8), appendMessage(nil, [][]byte{coded})...),
 		"odd size":        append(codeCommand(len(list)-3), appendMessage(nil, [][]byte{coded})...),
 		"too large":       append(codeCommand(2<<30), appendMessage(nil, [][]byte{coded})...),

@@ -262,9 +262,11 @@ func (p *peer) queueLargeLocked(frames [][]byte, shared bool) {
 }
 
 // kcUndo undoes a key cache command queued in q: a put is dropped, a
-// reference becomes the whole frame (hdr, then data).
+// reference or a coded list becomes the whole frame (hdr, then data, and
+// the extra buffers the coded list took after those are emptied).
 type kcUndo struct {
 	hdr, data []byte
+	extra     int // buffers after the first that the frame took in q
 }
 
 // queueCacheLocked queues the key cache command plan calls for, for a frame
@@ -303,29 +305,24 @@ func (p *peer) queueCodedLocked(f []byte, flags byte) bool {
 	if !ok {
 		return false
 	}
-	buf := p.t.pool.get(size)
-	n, ok := encodeKeys(buf, keys)
-	if !ok && size < codeBound(len(f)) {
-		// Gaps wider further on than at the start: the room a list that
-		// halves needs at most.
-		p.t.pool.put(buf, false)
-		buf = p.t.pool.get(codeBound(len(f)))
-		n, ok = encodeKeys(buf, keys)
-	}
+	coded, bufs, ok := p.t.encode(keys, size)
 	if !ok {
-		p.t.pool.put(buf, false)
 		return false
 	}
-	cmd := appendHeader(codeCommand(len(f)), flags, n)
-	p.q = append(p.q, cmd, buf[:n])
-	p.holds = append(p.holds, func() { p.t.pool.put(buf, false) })
+	cmd := appendHeader(codeCommand(len(f)), flags, len(coded[0])+len(coded[1]))
+	p.q = append(p.q, cmd, coded[0], coded[1])
+	p.holds = append(p.holds, func() {
+		for _, b := range bufs {
+			p.t.pool.put(b, false)
+		}
+	})
 	if drop, ok := message.HoldLent(f); ok {
 		p.holds = append(p.holds, drop)
 	}
 	if p.kcQueued == nil {
 		p.kcQueued = map[*byte]kcUndo{}
 	}
-	p.kcQueued[&cmd[0]] = kcUndo{hdr: appendHeader(nil, flags, len(f)), data: f}
+	p.kcQueued[&cmd[0]] = kcUndo{hdr: appendHeader(nil, flags, len(f)), data: f, extra: 1}
 	p.t.coded.Add(1)
 	return true
 }
@@ -346,6 +343,7 @@ func (p *peer) forgetCacheLocked() {
 			p.q[i] = nil
 			if u.hdr != nil {
 				p.q[i], p.q[i+1] = u.hdr, u.data
+				clear(p.q[i+2 : i+2+u.extra])
 			}
 		}
 	}
