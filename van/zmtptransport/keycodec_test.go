@@ -471,9 +471,15 @@ func TestKeyCodeQueuedCommandsAreUndone(t *testing.T) {
 	p := newPeer(tx, 1, "tcp", "127.0.0.1:1", "ps9")
 	p.code = true
 	keys := keysOf(codeLists(rand.New(rand.NewPCG(1, 2)))["dense/100000"])
+	// And a list coded in two parts.
+	long := make([]uint64, codeSplitMin+7)
+	for i := range long {
+		long[i] = 3 * uint64(i)
+	}
+	lists := [][]byte{keys, keysOf(long)}
 	var sent [][][]byte
 	for i := range 4 {
-		frames := [][]byte{[]byte(strconv.Itoa(i)), keys}
+		frames := [][]byte{[]byte(strconv.Itoa(i)), lists[i/2]}
 		if i%2 == 0 {
 			frames = append(frames, pattern(lendMin, byte(i)))
 		}
