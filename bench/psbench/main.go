@@ -27,6 +27,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -48,7 +49,8 @@ var (
 	syncReqs = flag.Int("sync-requests", -1, "requests in the synchronous rate measurement (-1: a tenth of -requests; 0: none)")
 	memReqs  = flag.Int("mem-requests", 1000000, "requests in the memory measurement")
 	label    = flag.String("label", "", "free text added to every result (e.g. the layout)")
-	keyKind  = flag.String("keys", "spread", "bulk keys: spread (evenly over the key space) or hashed (splitmix64 of rank*n+i, sorted, as hashed features are; cpp-psbench computes the same)")
+	keyKind  = flag.String("keys", "spread", "bulk keys: spread (evenly over the key space), hashed (splitmix64 of rank*n+i, sorted, as hashed features are; cpp-psbench computes the same) or jittered (spread, each moved up by splitmix64 of rank*n+i's low -jitter bits: gaps of -jitter+1 bits around the even one; Go only)")
+	jitter   = flag.Int("jitter", 20, "-keys=jittered: bits each key moves by (1 to 32)")
 	bulkOps  = flag.String("ops", "push,pull,pushpull", "bulk operations to measure, in this order")
 	lendReqs = flag.Bool("lend", true, "servers take lent requests (KVServer.LendRequests; the handle keeps nothing of a request)")
 	withRaw  = flag.Bool("raw", true, "measure the baselines too, raw ZeroMQ and plain TCP (false: ours only, for profiling)")
@@ -115,8 +117,8 @@ func main() {
 		return
 	}
 	flag.Parse()
-	if *keyKind != "spread" && *keyKind != "hashed" {
-		fmt.Fprintf(os.Stderr, "psbench: -keys=%s: want spread or hashed\n", *keyKind)
+	if *keyKind != "spread" && *keyKind != "hashed" && *keyKind != "jittered" || *jitter < 1 || *jitter > 32 {
+		fmt.Fprintf(os.Stderr, "psbench: -keys=%s -jitter=%d: want spread, hashed or jittered, and 1 to 32 bits\n", *keyKind, *jitter)
 		os.Exit(2)
 	}
 	defer prog.Profile()()
@@ -285,9 +287,12 @@ func keysFor(n, rank int) ([]uint64, []float32) {
 	keys := make([]uint64, n)
 	vals := make([]float32, n**valLen)
 	for i := range keys {
-		if *keyKind == "hashed" {
+		switch *keyKind {
+		case "hashed":
 			keys[i] = mix(uint64(rank)*uint64(n) + uint64(i))
-		} else {
+		case "jittered":
+			keys[i] = message.MaxKey/uint64(n)*uint64(i) + mix(uint64(rank)*uint64(n)+uint64(i))&(1<<*jitter-1)
+		default:
 			keys[i] = message.MaxKey/uint64(n)*uint64(i) + uint64(rank)
 		}
 	}
@@ -300,10 +305,14 @@ func keysFor(n, rank int) ([]uint64, []float32) {
 	return keys, vals
 }
 
-// keySuffix is added to the names of bulk results with -keys=hashed.
+// keySuffix is added to the names of bulk results with -keys=hashed or
+// jittered.
 func keySuffix() string {
-	if *keyKind == "hashed" {
+	switch *keyKind {
+	case "hashed":
 		return "_hashed"
+	case "jittered":
+		return "_jittered" + strconv.Itoa(*jitter)
 	}
 	return ""
 }

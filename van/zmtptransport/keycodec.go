@@ -43,6 +43,17 @@ const (
 	// bytes they save, so a list that does not halve is sent plain.
 	codeProbe = 16 * codeBlock
 	codeWorth = 8
+	// codePackedShare and codePackedSlack bound the blocks of gaps that
+	// differ (packed in w bits each) a coded list may have: one in
+	// codePackedShare of the blocks so far, and codePackedSlack more. A
+	// block of equal gaps codes and decodes at the speed of memory, a
+	// packed one at a tenth of it: coding a list of 20-bit gaps and
+	// decoding it took longer than the kernel takes to move it plain over
+	// loopback (a push of 1e7 such keys 1.6-1.9x as long, of 1e6 2.2x), so
+	// only lists of mostly equal gaps (dense keys, evenly spread ones, a
+	// few holes) are coded.
+	codePackedShare = 8
+	codePackedSlack = 2
 	// keyCodeMin is the smallest key frame coded: below it the saving is
 	// a few microseconds of a message that takes more. It is packMax, so
 	// a message with such a frame is always one the writer sends from its
@@ -73,14 +84,16 @@ var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
 // encodeKeys codes a sorted key list into dst and returns the coded bytes,
 // or false when keys are not sorted, are fewer than two, or would not
-// shrink to codeBound(8*len(keys)) bytes or fit in dst.
-func encodeKeys(dst []byte, keys []uint64) (int, bool) {
+// shrink to codeBound(8*len(keys)) bytes or fit in dst, or when more than
+// one block in share (and codePackedSlack) has gaps that differ (share 0:
+// any may; the transport codes with codePackedShare).
+func encodeKeys(dst []byte, keys []uint64, share int) (int, bool) {
 	limit := min(len(dst), codeBound(8*len(keys)))
 	if len(keys) < 2 || limit < 8 {
 		return 0, false
 	}
 	binary.LittleEndian.PutUint64(dst, keys[0])
-	n, ok := encodeBlocks(dst[8:limit], keys[0], keys[1:], true)
+	n, ok := encodeBlocks(dst[8:limit], keys[0], keys[1:], true, share)
 	if !ok {
 		return 0, false
 	}
@@ -93,8 +106,9 @@ func encodeKeys(dst []byte, keys []uint64) (int, bool) {
 // first codeProbe keys of a list (the first one and these) code to more
 // than codeBound of their size. Blocks coded from a block boundary on are
 // the bytes the whole list's coding has there, so a list may be coded in
-// parts (encodeSplit).
-func encodeBlocks(dst []byte, prev uint64, keys []uint64, probe bool) (int, bool) {
+// parts (encodeSplit). share bounds the blocks of gaps that differ, as
+// for encodeKeys.
+func encodeBlocks(dst []byte, prev uint64, keys []uint64, probe bool, share int) (int, bool) {
 	limit := len(dst)
 	out := 0
 	var gaps [codeBlock]uint64
@@ -102,6 +116,7 @@ func encodeBlocks(dst []byte, prev uint64, keys []uint64, probe bool) (int, bool
 	// written and its length (0: none to copy).
 	var lastLo uint64
 	last, hdr := 0, 0
+	packed := 0 // blocks of gaps that differ
 	for i := 0; i < len(keys); i += codeBlock {
 		blk := keys[i:min(i+codeBlock, len(keys))]
 		m := len(blk)
@@ -126,6 +141,13 @@ func encodeBlocks(dst []byte, prev uint64, keys []uint64, probe bool) (int, bool
 			continue
 		}
 		hdr = 0
+		// A block of gaps that differ: packed, at several times the
+		// cost of a block of equal gaps. Past a share of the blocks,
+		// the list goes plain.
+		packed++
+		if share > 0 && packed > (i/codeBlock+1)/share+codePackedSlack {
+			return 0, false
+		}
 		g := gaps[:m]
 		hi := uint64(0)
 		sorted := true
@@ -205,7 +227,7 @@ const codeSplitMin = 1 << 19
 // a goroutine of its own: the first key and the first blocks into a, the
 // other blocks into b. The coded list is a[:na] followed by b[:nb]; ok is
 // false when encodeKeys would refuse it or a part does not fit.
-func encodeSplit(a, b []byte, keys []uint64) (na, nb int, ok bool) {
+func encodeSplit(a, b []byte, keys []uint64, share int) (na, nb int, ok bool) {
 	if len(keys) < 2 {
 		return 0, 0, false
 	}
@@ -215,9 +237,9 @@ func encodeSplit(a, b []byte, keys []uint64) (na, nb int, ok bool) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		nb, okB = encodeBlocks(b[:min(len(b), codeBound(8*(len(keys)-split)))], keys[split-1], keys[split:], false)
+		nb, okB = encodeBlocks(b[:min(len(b), codeBound(8*(len(keys)-split)))], keys[split-1], keys[split:], false, share)
 	}()
-	na, ok = encodeKeys(a, keys[:split])
+	na, ok = encodeKeys(a, keys[:split], share)
 	<-done
 	return na, nb, ok && okB
 }
@@ -232,7 +254,7 @@ func (t *Transport) encode(keys []uint64, size int) (coded [2][]byte, bufs [][]b
 	bound := codeBound(8 * len(keys))
 	if len(keys) >= codeSplitMin {
 		a, b := t.pool.get(size/2+64<<10), t.pool.get(size/2+64<<10)
-		if na, nb, ok := encodeSplit(a, b, keys); ok {
+		if na, nb, ok := encodeSplit(a, b, keys, codePackedShare); ok {
 			return [2][]byte{a[:na], b[:nb]}, [][]byte{a, b}, true
 		}
 		// A part's gaps wider than the start foretold, or unsorted.
@@ -241,13 +263,13 @@ func (t *Transport) encode(keys []uint64, size int) (coded [2][]byte, bufs [][]b
 		size = bound
 	}
 	buf := t.pool.get(size)
-	n, ok := encodeKeys(buf, keys)
+	n, ok := encodeKeys(buf, keys, codePackedShare)
 	if !ok && size < bound {
 		// Gaps wider further on than at the start: the room a list that
 		// halves needs at most.
 		t.pool.put(buf, false)
 		buf = t.pool.get(bound)
-		n, ok = encodeKeys(buf, keys)
+		n, ok = encodeKeys(buf, keys, codePackedShare)
 	}
 	if !ok {
 		t.pool.put(buf, false)
@@ -343,7 +365,7 @@ func fillGaps(out []uint64, prev, lo uint64) uint64 {
 func codeEstimate(keys []uint64) (size int, ok bool) {
 	var scratch [8 * (codeProbe + 1) * codeWorth / 16]byte
 	probe := keys[:min(len(keys), codeProbe+1)]
-	n, ok := encodeKeys(scratch[:], probe)
+	n, ok := encodeKeys(scratch[:], probe, codePackedShare)
 	if !ok {
 		return 0, false
 	}

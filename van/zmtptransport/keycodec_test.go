@@ -60,6 +60,22 @@ func codeLists(r *rand.Rand) map[string][]uint64 {
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
+// holey returns n dense keys with a hole (a key skipped) in one block of
+// gaps in every `every`: a list of mostly equal gaps, whose blocks with a
+// hole are packed.
+func holey(n, every int) []uint64 {
+	keys := make([]uint64, n)
+	k := uint64(1000)
+	for i := range keys {
+		if i%codeBlock == 5 && (i/codeBlock)%every == 0 {
+			k += 3
+		}
+		keys[i] = k
+		k++
+	}
+	return keys
+}
+
 // TestKeyCodeRoundTrip: every list the encoder accepts decodes to the very
 // same bytes; lists that do not shrink, are unsorted or are not key lists
 // are refused, never coded wrongly.
@@ -67,7 +83,7 @@ func TestKeyCodeRoundTrip(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for name, keys := range codeLists(r) {
 		dst := make([]byte, codeBound(8*len(keys)))
-		n, ok := encodeKeys(dst, keys)
+		n, ok := encodeKeys(dst, keys, 0)
 		if !ok {
 			continue
 		}
@@ -84,7 +100,7 @@ func TestKeyCodeRoundTrip(t *testing.T) {
 			continue
 		}
 		a, b := make([]byte, n+64), make([]byte, n+64)
-		na, nb, ok := encodeSplit(a, b, keys)
+		na, nb, ok := encodeSplit(a, b, keys, 0)
 		if !ok {
 			if strings.HasPrefix(name, "spread/") || strings.HasPrefix(name, "dense/") || strings.HasPrefix(name, "width13/") {
 				t.Errorf("%s: not coded in parts", name)
@@ -107,14 +123,14 @@ func TestKeyCodeRoundTrip(t *testing.T) {
 	} {
 		keys := codeLists(rand.New(rand.NewPCG(1, 2)))[c.name]
 		dst := make([]byte, codeBound(8*len(keys)))
-		n, ok := encodeKeys(dst, keys)
+		n, ok := encodeKeys(dst, keys, 0)
 		if !ok || n > c.most {
 			t.Errorf("%s: coded %v, %d bytes, want at most %d", c.name, ok, n, c.most)
 		}
 	}
 	// A buffer too small is refused, never overrun.
 	dense := codeLists(rand.New(rand.NewPCG(1, 2)))["width20/100000"]
-	if _, ok := encodeKeys(make([]byte, 1000), dense); ok {
+	if _, ok := encodeKeys(make([]byte, 1000), dense, 0); ok {
 		t.Error("coded 100000 keys of 20-bit gaps into 1000 bytes")
 	}
 	// What must not be: gaps too wide to gain, unsorted keys, a frame
@@ -129,9 +145,57 @@ func TestKeyCodeRoundTrip(t *testing.T) {
 		"empty":    nil,
 	} {
 		dst := make([]byte, codeBound(8*len(keys))+16)
-		if _, ok := encodeKeys(dst, keys); ok {
+		if _, ok := encodeKeys(dst, keys, 0); ok {
 			t.Errorf("%s: coded", name)
 		}
+	}
+}
+
+// TestKeyCodeOnlyMostlyEqualGaps: the transport codes a list only when
+// few of its blocks have gaps that differ (codePackedShare): packing those
+// costs more than moving them plain saves. Lists of equal gaps, and of
+// equal gaps with a hole in one block of nine, are coded; one with a hole
+// in one block of four, or of random gaps however narrow, is not, and the
+// encoder gives up on those within its probe.
+func TestKeyCodeOnlyMostlyEqualGaps(t *testing.T) {
+	lists := codeLists(rand.New(rand.NewPCG(1, 2)))
+	for _, c := range []struct {
+		name string
+		keys []uint64
+		want bool
+	}{
+		{"spread", lists["spread/100000"], true},
+		{"dense", lists["dense/100000"], true},
+		{"holes in 1 block of 9", holey(100000, 9), true},
+		{"holes in 1 block of 4", holey(100000, 4), false},
+		{"1-bit gaps", lists["width1/100000"], false},
+		{"13-bit gaps", lists["width13/100000"], false},
+		{"20-bit gaps", lists["width20/100000"], false},
+	} {
+		dst := make([]byte, codeBound(8*len(c.keys)))
+		n, ok := encodeKeys(dst, c.keys, codePackedShare)
+		if ok != c.want {
+			t.Errorf("%s: coded %v, want %v", c.name, ok, c.want)
+			continue
+		}
+		if ok {
+			got := make([]uint64, len(c.keys))
+			if err := decodeKeys(got, dst[:n]); err != nil || !slices.Equal(got, c.keys) {
+				t.Errorf("%s: round trip: %v", c.name, err)
+			}
+		}
+		if _, ok := codeEstimate(c.keys); ok != c.want && !c.want {
+			t.Errorf("%s: the probe codes it", c.name)
+		}
+	}
+	// Equal gaps up to the probe's end, then packed blocks past the share:
+	// given up on once they are.
+	late := slices.Concat(lists["dense/"+itoa(codeProbe+1)], lists["width13/100000"])
+	for i := codeProbe + 1; i < len(late); i++ {
+		late[i] += late[codeProbe] + 1
+	}
+	if _, ok := encodeKeys(make([]byte, codeBound(8*len(late))), late, codePackedShare); ok {
+		t.Error("a list of packed blocks after a start of equal gaps was coded")
 	}
 }
 
@@ -171,7 +235,7 @@ func TestEqualGaps(t *testing.T) {
 func TestKeyCodeBadInput(t *testing.T) {
 	keys := codeLists(rand.New(rand.NewPCG(1, 2)))["width13/100000"]
 	dst := make([]byte, codeBound(8*len(keys)))
-	n, ok := encodeKeys(dst, keys)
+	n, ok := encodeKeys(dst, keys, 0)
 	if !ok {
 		t.Fatal("not coded")
 	}
@@ -217,7 +281,7 @@ func FuzzKeyCode(f *testing.F) {
 		slices.Sort(keys)
 		for _, list := range [][]uint64{gaps, keys} {
 			dst := make([]byte, codeBound(8*len(list)))
-			m, ok := encodeKeys(dst, list)
+			m, ok := encodeKeys(dst, list, 0)
 			if ok {
 				got := make([]uint64, len(list))
 				if err := decodeKeys(got, dst[:m]); err != nil || !slices.Equal(got, list) {
@@ -226,7 +290,7 @@ func FuzzKeyCode(f *testing.F) {
 			}
 			// Coded in two parts: the same bytes, or refused.
 			a, b := make([]byte, len(dst)+64), make([]byte, len(dst)+64)
-			if na, nb, ok2 := encodeSplit(a, b, list); ok2 && (!ok || !bytes.Equal(append(a[:na:na], b[:nb]...), dst[:m])) {
+			if na, nb, ok2 := encodeSplit(a, b, list, 0); ok2 && (!ok || !bytes.Equal(append(a[:na:na], b[:nb]...), dst[:m])) {
 				t.Fatalf("%d keys coded in two parts differ from the whole list's coding (coded whole: %v)", len(list), ok)
 			}
 		}
@@ -242,16 +306,16 @@ func benchKeys(b *testing.B, keys []uint64) {
 	b.Run("encode", func(b *testing.B) {
 		b.SetBytes(int64(8 * len(keys)))
 		for b.Loop() {
-			encodeKeys(dst, keys)
+			encodeKeys(dst, keys, 0)
 		}
 	})
 	b.Run("encode-split", func(b *testing.B) {
 		b.SetBytes(int64(8 * len(keys)))
 		for b.Loop() {
-			encodeSplit(dst[:len(dst)/2], dst[len(dst)/2:], keys)
+			encodeSplit(dst[:len(dst)/2], dst[len(dst)/2:], keys, 0)
 		}
 	})
-	n, ok := encodeKeys(dst, keys)
+	n, ok := encodeKeys(dst, keys, 0)
 	if !ok {
 		b.Skip("not coded")
 	}
@@ -309,19 +373,23 @@ func codeFrames() (frames map[string][]byte, codable map[string]bool) {
 			hashed[i] = r.Uint64()
 		}
 		slices.Sort(hashed)
-		// Dense at the start, wider gaps after: more than the start
-		// foretells (the sender's second, larger buffer).
+		// Dense at the start, then a key 2^40 further on in one block of
+		// nine: more bytes than the start foretells (the sender's second,
+		// larger buffer, after two too small for the parts of a long list).
 		widening := slices.Clone(dense)
 		for i := codeProbe + 1; i < n; i++ {
-			widening[i] = widening[i-1] + 1 + r.Uint64N(1<<24)
+			widening[i] = widening[i-1] + 1
+			if i%codeBlock == 7 && (i/codeBlock)%9 == 0 {
+				widening[i] += 1 << 40
+			}
 		}
 		unsorted := slices.Clone(dense)
 		unsorted[n/2], unsorted[n/2+1] = unsorted[n/2+1], unsorted[n/2]
 		big := size >= keyCodeMin
-		for kind, keys := range map[string][]uint64{"spread": spread, "dense": dense, "width20": w20, "widening": widening, "hashed": hashed, "unsorted": unsorted} {
+		for kind, keys := range map[string][]uint64{"spread": spread, "dense": dense, "holes": holey(n, 9), "width20": w20, "widening": widening, "hashed": hashed, "unsorted": unsorted} {
 			name := kind + "/" + strconv.Itoa(size)
 			frames[name] = keysOf(keys)
-			codable[name] = big && kind != "hashed" && kind != "unsorted"
+			codable[name] = big && (kind == "spread" || kind == "dense" || kind == "holes" || kind == "widening")
 		}
 		// Keys at an address not aligned for uint64s go plain.
 		odd := make([]byte, size+4)
@@ -509,7 +577,7 @@ func TestKeyCodeBadInputDropsTheConnection(t *testing.T) {
 	list := keysOf(codeLists(rand.New(rand.NewPCG(1, 2)))["width13/100000"])
 	buf := make([]byte, len(list))
 	keys, _ := keyView(list)
-	n, _ := encodeKeys(buf, keys)
+	n, _ := encodeKeys(buf, keys, 0)
 	coded := buf[:n]
 	// A list decoded beside the reading of the frame after it.
 	r := rand.New(rand.NewPCG(5, 6))
@@ -518,7 +586,7 @@ func TestKeyCodeBadInputDropsTheConnection(t *testing.T) {
 		bigKeys[i] = bigKeys[i-1] + 1 + r.Uint64N(1<<13)
 	}
 	bigBuf := make([]byte, 8*len(bigKeys))
-	nb, _ := encodeKeys(bigBuf, bigKeys)
+	nb, _ := encodeKeys(bigBuf, bigKeys, 0)
 	big := bigBuf[:nb]
 	meta := appendMessage(nil, [][]byte{[]byte("m"), {}})[:3] // "m" with more to follow
 	meta[0] = flagMore
@@ -573,7 +641,7 @@ func TestKeyCodeBadInputDropsTheConnection(t *testing.T) {
 func FuzzKeyCodeReader(f *testing.F) {
 	keys := codeLists(rand.New(rand.NewPCG(1, 2)))["width13/"+strconv.Itoa(codeProbe+1)]
 	buf := make([]byte, 8*len(keys))
-	n, _ := encodeKeys(buf, keys)
+	n, _ := encodeKeys(buf, keys, 0)
 	meta := []byte{flagMore, 1, 'm'}
 	f.Add(append(append(slices.Clone(meta), codeCommand(8*len(keys))...), appendMessage(nil, [][]byte{buf[:n]})...))
 	f.Add(append(append(slices.Clone(meta), codeCommand(8*len(keys))...), appendMessage(nil, [][]byte{buf[:n], {1, 2}})...))
