@@ -47,7 +47,7 @@ const (
 	// differ (packed in w bits each) a coded list may have: one in
 	// codePackedShare of the blocks so far, and codePackedSlack more. A
 	// block of equal gaps codes and decodes at the speed of memory, a
-	// packed one at a tenth of it: coding a list of 20-bit gaps and
+	// packed one at a sixth to a tenth of it: coding a list of 20-bit gaps and
 	// decoding it took longer than the kernel takes to move it plain over
 	// loopback (a push of 1e7 such keys 1.6-1.9x as long, of 1e6 2.2x), so
 	// only lists of mostly equal gaps (dense keys, evenly spread ones, a
@@ -195,8 +195,8 @@ func encodeBlocks(dst []byte, prev uint64, keys []uint64, probe bool, share int)
 // before it (prev before the first). A list of evenly spread or dense keys
 // is coded by this check alone, so it runs at the speed of memory: eight
 // gaps per branch, each worked out from the keys on its own, none waiting
-// for the one before (1e7 keys in 5.3 ms, where a loop that carried each
-// key to the next gap took 8).
+// for the one before (1e7 keys on a push's path in 5 ms, where a loop that
+// carried each key to the next gap took 7.5-10).
 func equalGaps(prev uint64, blk []uint64, lo uint64) bool {
 	diff := (blk[0] - prev) ^ lo
 	i := 1
@@ -218,7 +218,8 @@ func equalGaps(prev uint64, blk []uint64, lo uint64) bool {
 // codeSplitMin is the smallest list (in keys) coded in two parts at once,
 // on the sending goroutine and one more: a push's coding is on its path,
 // while the node that receives it waits. With two cores for the node
-// (GOMAXPROCS), 1e7 keys spread evenly code in 2.9 ms instead of 5.3;
+// (GOMAXPROCS), 1e7 keys spread evenly code in 2.5-2.9 ms instead of
+// 3.8-5.3 (go test -bench KeyCode);
 // with one, as scripts/local.sh gives each node of a 1x1 job on two
 // cores, the parts are coded one after the other, at no cost.
 const codeSplitMin = 1 << 19
