@@ -25,7 +25,7 @@ func vanSentence(van, keyCode, keyCacheMB string) string {
 		if keyCode == "0" {
 			s += " Key lists went plain (`PS_KEY_CODE=0`)."
 		} else {
-			s += " Key lists were coded, as by default (`PS_KEY_CODE`, docs/ZMTP-KEYCODE.md): between Go nodes a sorted key list of 256 KiB or more goes as the gaps between its keys, packed, when that halves it. psbench's bulk keys are spread evenly over the key space, so their gaps are equal and a worker's bulk requests carry almost no key bytes; the `_hashed` rows send hashed keys (`-keys=hashed`: splitmix64 of the key's index, sorted, the same in both programs), which do not halve and go plain. C++ ps-lite and the baselines send every key."
+			s += " Key lists were coded, as by default (`PS_KEY_CODE`, docs/ZMTP-KEYCODE.md): between Go nodes a sorted key list of 256 KiB or more whose gaps are mostly equal goes as its gaps, when that halves it. psbench's bulk keys are spread evenly over the key space, so their gaps are equal and a worker's bulk requests carry almost no key bytes; the `_hashed` rows send hashed keys (`-keys=hashed`: splitmix64 of the key's index, sorted, the same in both programs), whose gaps vary, and which go plain. C++ ps-lite and the baselines send every key."
 		}
 		if keyCacheMB == "" || keyCacheMB == "0" {
 			return s + " Key caching was off, as by default."
