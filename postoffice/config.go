@@ -112,9 +112,9 @@ type Config struct {
 	// faster and others slower (docs/ZMTP-KEYCACHE.md).
 	KeyCacheMB int
 	// KeyCode is PS_KEY_CODE (default 1; 0 turns it off): with the ZMTP
-	// transport, a Go node sends a sorted key list of 64 KiB or more to
-	// another Go node as its gaps, packed, when that halves it
-	// (zmtptransport.Options.KeyCode).
+	// transport, a Go node sends a sorted key list of 256 KiB or more
+	// whose gaps are mostly equal to another Go node as its gaps, when
+	// that halves it (zmtptransport.Options.KeyCode).
 	KeyCode bool
 	// PoisonLent is PS_POISON_LENT=1: request memory lent to a handle (see
 	// kv.KVServer.LendRequests) is overwritten with 0xDB bytes when the

@@ -25,7 +25,7 @@
 // receiver keeps (keycache.go, Options.KeyCacheBytes): negotiated per
 // connection in the handshake, invisible above the transport, never seen
 // by libzmq or C++ peers. A sorted key list of 256 KiB or more whose gaps
-// halve it goes as its gaps, packed (keycodec.go, Options.KeyCode; on by
+// are mostly equal goes as its gaps (keycodec.go, Options.KeyCode; on by
 // default through PS_KEY_CODE): negotiated the same way, decoded byte for
 // byte before anything above the transport sees it.
 //

@@ -14,9 +14,10 @@ import (
 // between neighbouring keys, packed in as few bits as a block of them
 // needs. Keys are two thirds of a push's bytes; a list whose gaps are
 // regular (dense keys, a dense model's rows, keys spread evenly over the
-// key space) shrinks to almost nothing, while one whose gaps are random
-// (hashed features) does not shrink enough to be worth the work, and the
-// sender finds that out within its first blocks and sends it as it is.
+// key space) shrinks to almost nothing, while one whose gaps vary (hashed
+// features, keys picked from a table) costs more to pack and unpack than
+// to send (codePackedShare), and the sender finds that out within its
+// first blocks and sends it as it is.
 //
 // Coded form of a list of n keys (n >= 2):
 //

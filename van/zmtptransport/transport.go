@@ -120,7 +120,8 @@ type Options struct {
 	KeyCacheBytes int64
 	// KeyCode turns on coded key lists with peers on this transport that
 	// can decode them (keycodec.go, PS_KEY_CODE): a sorted key list whose
-	// gaps shrink to at most half its bytes is sent as its gaps, packed.
+	// gaps are mostly equal, and shrink to at most half its bytes, is sent
+	// as its gaps.
 	KeyCode bool
 	// KeyCacheTotal bounds what the key caches of all accepted
 	// connections may keep together; 0 means 4 * KeyCacheBytes. A
